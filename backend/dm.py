@@ -1,0 +1,148 @@
+"""DM — directory management (SPEC §4 steps 2–5): descriptor search, cluster search,
+address generation. Pure functions over the in-memory directory; the message
+flow around them (locks, the peer broadcast) lives in `backend/node.py`.
+
+Descriptor search is split over the backends: backend i searches the
+predicates whose index in the traffic unit is i modulo n, and broadcasts the
+descriptor ids it found (`dm.descriptor_ids`); every backend then has the ids of
+all m predicates and runs cluster search on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from backend.cc import S, X
+from backend.recp import SQL_OPS, FilePlan
+from mbds.directory import RELOP_NAMES, Directory
+from mbds.proto import mbds_pb2 as pb
+from mbds.values import from_pb
+
+# predicate index -> descriptor ids that may satisfy it, or None (no directory attribute)
+DescriptorResults = dict[int, set[int] | None]
+
+
+def predicates(tu: pb.TrafficUnit) -> Iterator[tuple[int, pb.Conjunction, pb.Predicate]]:
+    """Every predicate of the traffic unit with its global index (the m of SPEC §4)."""
+    i = 0
+    for req in tu.requests:
+        for retrieval in _retrievals(req):
+            for conj in retrieval.query.conjunctions:
+                for p in conj.predicates:
+                    yield i, conj, p
+                    i += 1
+
+
+def _retrievals(req: pb.Request) -> list[pb.Retrieval]:
+    if req.op == pb.INSERT:
+        return []
+    if req.op == pb.RETRIEVE_COMMON:
+        return [req.retrieval, req.right]
+    return [req.retrieval]
+
+
+def descriptor_search(directory: Directory, tu: pb.TrafficUnit, index: int,
+                      n: int) -> DescriptorResults:
+    """This backend's share (about m/n) of the traffic unit's descriptor search."""
+    found: DescriptorResults = {}
+    for i, conj, p in predicates(tu):
+        if i % n == index:
+            found[i] = directory.descriptor_search(
+                list(conj.files), p.attr, RELOP_NAMES[p.op], from_pb(p.value))
+    return found
+
+
+def type_c_attributes(directory: Directory, tu: pb.TrafficUnit) -> set[tuple[str, str]]:
+    """(file, attribute) of every type-C attribute the traffic unit's predicates read."""
+    out = set()
+    for _, conj, p in predicates(tu):
+        for f in conj.files:
+            idx = directory.at.get((f, p.attr))
+            if idx is not None and idx.kind == "C":
+                out.add((f, p.attr))
+    return out
+
+
+def to_pb_results(found: DescriptorResults) -> list[pb.PredicateDescriptors]:
+    return [pb.PredicateDescriptors(predicate_index=i, descriptor_ids=sorted(d or ()),
+                                    unrestricted=d is None) for i, d in found.items()]
+
+
+def from_pb_results(msgs: list[pb.PredicateDescriptors]) -> DescriptorResults:
+    return {m.predicate_index: (None if m.unrestricted else set(m.descriptor_ids)) for m in msgs}
+
+
+@dataclass
+class RequestPlan:
+    """Address generation's output for one request: per file, the clusters to visit."""
+    request: pb.Request
+    files: list[FilePlan] = field(default_factory=list)
+    right: list[FilePlan] = field(default_factory=list)       # RETRIEVE-COMMON right side
+    clusters_examined: int = 0
+
+
+def _plan_retrieval(directory: Directory, retrieval: pb.Retrieval, start: int,
+                    found: DescriptorResults) -> tuple[list[FilePlan], int]:
+    """Cluster search for every conjunction, merged per file; returns the plans and the
+    index of the next predicate."""
+    plans: dict[str, FilePlan] = {}
+    i = start
+    for conj in retrieval.query.conjunctions:
+        allowed: dict[str, set[int]] = {}
+        record_preds = []
+        for p in conj.predicates:
+            dids = found[i]
+            i += 1
+            if dids is not None:
+                allowed[p.attr] = allowed[p.attr] & dids if p.attr in allowed else set(dids)
+            if p.attr != "FILE":     # FILE is settled by the choice of file
+                record_preds.append((p.attr, SQL_OPS[p.op], from_pb(p.value)))
+        for f in conj.files:
+            schema = directory.files[f]
+            mine = {a: d for a, d in allowed.items() if a in schema.directory_attributes}
+            plan = plans.setdefault(f, FilePlan(schema, []))
+            plan.clusters = sorted(set(plan.clusters) | directory.cluster_search(f, mine))
+            plan.conjunctions.append(record_preds)
+    return list(plans.values()), i
+
+
+def plan_requests(directory: Directory, tu: pb.TrafficUnit,
+                  found: DescriptorResults) -> list[RequestPlan]:
+    """Cluster search and address generation for every request of a traffic unit."""
+    plans, i = [], 0
+    for req in tu.requests:
+        rp = RequestPlan(req)
+        if req.op == pb.INSERT:
+            rp.clusters_examined = len({r.cluster_id for r in req.records})
+        else:
+            rp.files, i = _plan_retrieval(directory, req.retrieval, i, found)
+            if req.op == pb.RETRIEVE_COMMON:
+                rp.right, i = _plan_retrieval(directory, req.right, i, found)
+            rp.clusters_examined = sum(len(p.clusters) for p in rp.files + rp.right)
+        plans.append(rp)
+    return plans
+
+
+def lock_set(plans: list[RequestPlan]) -> dict[tuple, str]:
+    """The CC lock set a traffic unit needs on this backend (X wins over S)."""
+    wants: dict[tuple, str] = {}
+
+    def want(res: tuple, mode: str) -> None:
+        if wants.get(res) != X:
+            wants[res] = mode
+
+    for rp in plans:
+        req = rp.request
+        if req.op == pb.INSERT:
+            for r in req.records:
+                want(("cluster", r.cluster_id), X)
+            if req.records:
+                want(("file", req.file), S)
+            continue
+        mode = S if req.op in (pb.RETRIEVE, pb.RETRIEVE_COMMON) else X
+        for fp in rp.files + rp.right:
+            want(("file", fp.schema.name), X if req.moves_records else S)
+            for cid in fp.clusters:
+                want(("cluster", cid), mode)
+    return wants

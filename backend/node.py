@@ -1,0 +1,311 @@
+"""One backend's message flow (SPEC §4): the bus, DM's two stages, CC, and RECP threads.
+
+Stage 1 (in bus order, never waits): apply the traffic unit's directory update,
+lock the type-C attributes it reads, search this backend's share of
+descriptors, release, and broadcast the ids to the peers.
+Stage 2 (in bus order): wait for the peers' ids, run cluster search under
+did-group locks, generate addresses, and queue the whole CC lock set. Queuing
+in bus order on every backend is what makes CC's outcome serializable.
+Execution (concurrent): when its lock set is granted, RECP runs the requests
+in a worker thread (one writer thread, a pool of readers) inside one SQLite
+transaction and streams partial results to PP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from backend import dm, recp
+from backend.cc import LockTable, S, X
+from backend.peers import PeerLinks
+from backend.store import Store, transaction
+from mbds import metrics
+from mbds.directory import Directory
+from mbds.proto import mbds_pb2 as pb
+from mbds.values import Value
+
+log = logging.getLogger("mbds.backend")
+WRITES = (pb.INSERT, pb.DELETE, pb.UPDATE)
+
+
+class Cancelled(Exception):
+    """The traffic unit was aborted (by PP, or because nobody collects its results)."""
+
+
+@dataclass(eq=False)
+class TuState:
+    tu: pb.TrafficUnit | None = None
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    out: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(maxsize=16))
+    peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
+    peers_in: asyncio.Event = field(default_factory=asyncio.Event)
+    found: dm.DescriptorResults = field(default_factory=dict)
+    cancelled: str = ""
+    task: asyncio.Task | None = None
+    attached: bool = False
+
+
+@dataclass
+class Session:
+    epoch: str = ""
+    index: int = 0
+    peers: list[str] = field(default_factory=list)
+    iig_address: str = ""
+
+
+class BackendNode:
+    def __init__(self, name: str, store: Store, *, readers: int = 4,
+                 result_timeout: float = 60.0) -> None:
+        self.name = name
+        self.store = store
+        self.directory = Directory()
+        self.directory.apply(store.load_directory())
+        self.cc = LockTable()
+        self.session = Session()
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="recp-writer")
+        self.readers = ThreadPoolExecutor(readers, thread_name_prefix="recp-reader")
+        self.tus: dict[tuple[str, int], TuState] = {}
+        self.stage2: asyncio.Queue[tuple[tuple[str, int], TuState]] = asyncio.Queue()
+        self.peer_links = PeerLinks()
+        self.result_timeout = result_timeout
+        self.loop = asyncio.get_running_loop()
+        self._stage2_task = asyncio.create_task(self._stage2_loop())
+        self.iig = None    # set by the server: async (file, values) -> pb.PlaceReply
+
+    def _h(self, name: str):  # noqa: ANN202 - a context manager
+        return metrics.handler("DM" if not name.startswith(("cc.", "recp.")) else
+                               name.split(".")[0].upper(), name.split(".")[-1], self.name)
+
+    def state(self, key: tuple[str, int]) -> TuState:
+        return self.tus.setdefault(key, TuState())
+
+    # ------------------------------------------------------------ directory --
+    async def apply_directory(self, update: pb.DirectoryUpdate) -> None:
+        """Apply and persist a directory update (from IIG, by bus or out of band)."""
+        new = self.directory.apply(update)
+        if new.files or new.descriptors or new.clusters:
+            # The single writer thread runs jobs in order, so these rows are stored
+            # before any later traffic unit's records that refer to them.
+            await self.loop.run_in_executor(self.writer, self.store.persist_directory, new)
+
+    # ------------------------------------------------------------- stage 1 --
+    def on_hello(self, hello: pb.BusHello) -> None:
+        self.session = Session(hello.epoch, hello.backend_index, list(hello.peers),
+                               hello.iig_address)
+        metrics.set_internal_timing(hello.internal_timing)
+        self.peer_links.configure(self.session.peers, hello.backend_index)
+
+    async def on_traffic_unit(self, tu: pb.TrafficUnit) -> None:
+        key = (self.session.epoch, tu.seq)
+        st = self.state(key)
+        st.tu = tu
+        with self._h("dm.traffic_unit"):
+            if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
+                await self._apply_with_locks(tu.directory)
+            attrs = dm.type_c_attributes(self.directory, tu)
+            with self._h("cc.attribute_lock"):
+                handle = await self.cc.acquire(key, {("attr", *a): S for a in attrs})
+            with self._h("descriptor_search"):
+                st.found = dm.descriptor_search(self.directory, tu, self.session.index,
+                                                len(self.session.peers) or 1)
+            with self._h("cc.attribute_release"):
+                self.cc.release(handle)
+            if len(self.session.peers) > 1:
+                self.peer_links.broadcast(pb.DescriptorIds(
+                    epoch=key[0], seq=tu.seq, from_index=self.session.index,
+                    results=dm.to_pb_results(st.found)))
+        st.arrived.set()
+        self.stage2.put_nowait((key, st))
+
+    async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> None:
+        # New type-C sub-descriptors take their attribute exclusively; new clusters their
+        # descriptor-id groups (SPEC §4). Stage 1 runs in bus order, so this never waits.
+        wants: dict[tuple, str] = {("attr", d.file, d.attr): X
+                                   for d in update.descriptors if d.kind == "C"}
+        for c in update.clusters:
+            for attr in self.directory.files[c.file].directory_attributes \
+                    if c.file in self.directory.files else []:
+                wants[("didgroup", c.file, attr)] = X
+        handle = await self.cc.acquire("directory", wants)
+        try:
+            await self.apply_directory(update)
+        finally:
+            self.cc.release(handle)
+
+    def on_peer_ids(self, msg: pb.DescriptorIds) -> None:
+        with self._h("descriptor_ids"):
+            st = self.state((msg.epoch, msg.seq))
+            st.peer_ids[msg.from_index] = list(msg.results)
+            if len(st.peer_ids) >= len(self.session.peers) - 1:
+                st.peers_in.set()
+
+    def on_abort(self, seq: int, reason: str) -> None:
+        st = self.tus.get((self.session.epoch, seq))
+        if st is not None:
+            st.cancelled = reason or "aborted by the controller"
+            if st.task is not None and not st.task.done():
+                st.task.cancel()
+
+    # ------------------------------------------------------------- stage 2 --
+    async def _stage2_loop(self) -> None:
+        while True:
+            key, st = await self.stage2.get()
+            try:
+                await self._stage2(key, st)
+            except Exception as e:  # noqa: BLE001 - report any failure to PP, keep serving
+                log.exception("stage 2 failed for %s", key)
+                await self._finish(st, error=f"backend {self.name}: {e}")
+
+    async def _stage2(self, key: tuple[str, int], st: TuState) -> None:
+        tu = st.tu
+        assert tu is not None
+        if len(self.session.peers) > 1 and tu.predicate_count:
+            try:
+                await asyncio.wait_for(st.peers_in.wait(), self.result_timeout)
+            except TimeoutError:
+                missing = sorted(set(range(len(self.session.peers))) - set(st.peer_ids)
+                                 - {self.session.index})
+                raise RuntimeError(
+                    "no descriptor ids from backend(s) at "
+                    + ", ".join(self.session.peers[i] for i in missing)) from None
+        found = dict(st.found)
+        for msgs in st.peer_ids.values():
+            found.update(dm.from_pb_results(msgs))
+        st.found = found
+        groups = {("didgroup", f, p.attr): S for _, c, p in dm.predicates(tu) for f in c.files}
+        with self._h("cc.did_group_lock"):
+            handle = await self.cc.acquire(key, groups)
+        with self._h("cluster_search"):
+            plans = dm.plan_requests(self.directory, tu, found)
+        with self._h("cc.did_group_release"):
+            self.cc.release(handle)
+        with self._h("cc.cluster_lock"):
+            lock = self.cc.request(key, dm.lock_set(plans))   # queued in bus order
+        st.task = asyncio.create_task(self._execute(key, st, plans, lock))
+
+    # ----------------------------------------------------------- execution --
+    async def _execute(self, key: tuple[str, int], st: TuState, plans: list[dm.RequestPlan],
+                       lock: tuple) -> None:
+        try:
+            waited = await self.cc.wait(lock)
+            metrics.LOCK_WAIT_SECONDS.labels("cluster", self.name).observe(waited)
+            with self._h("clusters_locked"):
+                writes = any(p.request.op in WRITES for p in plans)
+            pool = self.writer if writes else self.readers
+            await self.loop.run_in_executor(pool, self._run, st, plans, writes)
+            await self._finish(st, committed=True)
+        except (Cancelled, asyncio.CancelledError):
+            await self._finish(st, error=f"backend {self.name}: traffic unit aborted: "
+                                         f"{st.cancelled or 'cancelled'}")
+        except Exception as e:  # noqa: BLE001 - any RECP failure rolls back and is reported
+            log.warning("traffic unit %s failed: %s", key, e)
+            await self._finish(st, error=f"backend {self.name}: {e}")
+        finally:
+            with self._h("cc.cluster_release"):
+                self.cc.release(lock)
+            # PP normally collects the results and drops the state; if it never comes,
+            # forget the traffic unit after the result timeout.
+            self.loop.call_later(self.result_timeout, self._forget, key, st)
+
+    def _forget(self, key: tuple[str, int], st: TuState) -> None:
+        if self.tus.get(key) is st:
+            del self.tus[key]
+
+    def _emit(self, st: TuState, msg: pb.BackendReply) -> None:
+        """Called from a RECP thread: hand one reply to PP, waiting while PP is behind."""
+        if st.cancelled:
+            raise Cancelled(st.cancelled)
+        fut = asyncio.run_coroutine_threadsafe(
+            asyncio.wait_for(st.out.put(msg), self.result_timeout), self.loop)
+        try:
+            fut.result()
+        except TimeoutError:
+            st.cancelled = "nobody collected the results"
+            raise Cancelled(st.cancelled) from None
+
+    def _run(self, st: TuState, plans: list[dm.RequestPlan], writes: bool) -> None:
+        conn = self.store.writer() if writes else self.store.reader()
+        moved = False
+        with transaction(conn, "IMMEDIATE" if writes else "DEFERRED"):
+            for i, rp in enumerate(plans):
+                if moved:   # an earlier request moved records: search clusters again
+                    rp = self._call_on_loop(self._replan, st, i)
+                t0 = time.perf_counter()
+                with self._h("recp.process"):
+                    n = self._process(conn, st, i, rp)
+                elapsed = (time.perf_counter() - t0) * 1000
+                moved = moved or rp.request.moves_records
+                metrics.RECORDS_PROCESSED.labels(pb.Op.Name(rp.request.op), self.name).inc(n)
+                self._emit(st, pb.BackendReply(request_index=i, done=pb.RequestDone(
+                    elapsed_ms=elapsed, stats=pb.RequestStats(
+                        clusters_examined=rp.clusters_examined, records_retrieved=n,
+                        backends=[pb.BackendStats(backend=self.name, records=n,
+                                                  elapsed_ms=elapsed)]))))
+            if st.cancelled:
+                raise Cancelled(st.cancelled)
+
+    async def _replan(self, st: TuState, i: int) -> dm.RequestPlan:
+        assert st.tu is not None
+        return dm.plan_requests(self.directory, st.tu, st.found)[i]
+
+    def _call_on_loop(self, fn, *args):  # noqa: ANN001, ANN202
+        return asyncio.run_coroutine_threadsafe(fn(*args), self.loop).result()
+
+    def _process(self, conn, st: TuState, i: int, rp: dm.RequestPlan) -> int:  # noqa: ANN001
+        req = rp.request
+        emit = lambda m: self._emit(st, m)  # noqa: E731
+        if req.op == pb.INSERT:
+            if not req.records:
+                return 0
+            return recp.insert(conn, self.directory.files[req.file], list(req.records))
+        if req.op == pb.DELETE:
+            return sum(recp.delete(conn, fp) for fp in rp.files)
+        if req.op == pb.UPDATE:
+            if req.moves_records:
+                return sum(recp.update_moving(conn, fp, req.modifier,
+                                              lambda f, v: self._cluster_of(conn, f, v))
+                           for fp in rp.files)
+            return sum(recp.update(conn, fp, req.modifier) for fp in rp.files)
+        r = req.retrieval
+        if req.op == pb.RETRIEVE_COMMON:
+            left = [t.attr for t in r.targets]
+            right = [t.attr for t in req.right.targets]
+            n = sum(recp.retrieve_rows(conn, fp, left, emit, i, 0) for fp in rp.files)
+            return n + sum(recp.retrieve_rows(conn, fp, right, emit, i, 1) for fp in rp.right)
+        if any(t.agg for t in r.targets):
+            items = [t.attr for t in r.targets if t.agg]
+            return sum(recp.aggregate(conn, fp, items, r.by, emit, i) for fp in rp.files)
+        return sum(recp.retrieve_rows(conn, fp, [t.attr for t in r.targets], emit, i)
+                   for fp in rp.files)
+
+    def _cluster_of(self, conn, file: str, values: list[Value]) -> int:  # noqa: ANN001
+        """The cluster of a moved record; asks IIG when the combination is new here."""
+        key = self.directory.descriptor_key(file, values)
+        if None not in key:
+            cid = self.directory.cluster_ids.get((file, tuple(key)))  # type: ignore[arg-type]
+            if cid is not None:
+                return cid
+        reply: pb.PlaceReply = self._call_on_loop(self._place, file, values)
+        # Persist the new directory rows in this traffic unit's own transaction.
+        self.store.persist_rows(conn, reply.directory)
+        return reply.cluster_id
+
+    async def _place(self, file: str, values: list[Value]) -> pb.PlaceReply:
+        if self.iig is None:
+            raise RuntimeError("no IIG to place a moved record")
+        with self._h("iig_place"):
+            reply = await self.iig(file, values)
+        self.directory.apply(reply.directory)
+        return reply
+
+    async def _finish(self, st: TuState, *, committed: bool = False, error: str = "") -> None:
+        msg = pb.BackendReply(committed=True) if committed else pb.BackendReply(error=error)
+        try:
+            await asyncio.wait_for(st.out.put(msg), self.result_timeout)
+            await asyncio.wait_for(st.out.put(None), self.result_timeout)
+        except TimeoutError:
+            log.warning("results of a traffic unit were never collected")

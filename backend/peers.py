@@ -1,0 +1,67 @@
+"""Backend-to-backend links for the descriptor-id broadcast (SPEC §4 step 3).
+
+One long-lived client stream per peer: a broadcast is a queue put, not an RPC,
+which keeps the exchange cheap enough for two-record requests. A broken
+stream is reopened on the next message; ids lost with it make the waiting
+backend time out and fail that traffic unit with the peer's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+
+from mbds.proto import mbds_pb2 as pb
+from mbds.proto import mbds_pb2_grpc as rpc
+
+log = logging.getLogger("mbds.peers")
+
+
+class _PeerLink:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address)
+        self.stub = rpc.PeerStub(self.channel)
+        self.queue: asyncio.Queue[pb.DescriptorIds] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run())
+
+    async def _messages(self):  # noqa: ANN202 - async generator of DescriptorIds
+        while True:
+            yield await self.queue.get()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.stub.DescriptorIdsStream(self._messages(), wait_for_ready=True)
+            except grpc.aio.AioRpcError as e:
+                log.info("peer stream to %s broke: %s", self.address, e.code())
+                await asyncio.sleep(0.2)
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        await self.channel.close()
+
+
+class PeerLinks:
+    def __init__(self) -> None:
+        self.links: dict[str, _PeerLink] = {}
+        self.targets: list[str] = []
+
+    def configure(self, peers: list[str], my_index: int) -> None:
+        self.targets = [a for i, a in enumerate(peers) if i != my_index]
+        for a in self.targets:
+            if a not in self.links:
+                self.links[a] = _PeerLink(a)
+
+    def broadcast(self, msg: pb.DescriptorIds) -> None:
+        for a in self.targets:
+            self.links[a].queue.put_nowait(msg)
+
+    async def close(self) -> None:
+        for link in self.links.values():
+            await link.close()

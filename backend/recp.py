@@ -1,0 +1,179 @@
+"""RECP — record processing (SPEC §4 step 6) on this backend's SQLite records.
+
+Runs in a worker thread with the addresses DM generated (the cluster ids to
+visit). Every statement is built from validated identifiers only; every ABDL
+value is a bound parameter, so no value can change a statement.
+Partial aggregates are computed here (SUM, COUNT, MIN, MAX per group; AVG
+travels as SUM and COUNT) so only one row per group crosses the network.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from backend.store import col, table
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import FileSchema
+from mbds.values import Value, from_pb, to_pb
+
+BATCH_ROWS = 1000          # rows per RowBatch: well under gRPC's 4 MiB message limit
+SQL_OPS = ["=", "!=", "<", "<=", ">", ">="]   # indexed by pb.Relop
+
+
+@dataclass
+class FilePlan:
+    """What DM hands RECP for one file: the clusters to visit and the condition."""
+    schema: FileSchema
+    clusters: list[int]
+    # Per applicable conjunction, its non-FILE predicates as (attr, sql op, value).
+    conjunctions: list[list[tuple[str, str, Value]]] = field(default_factory=list)
+
+
+Emit = Callable[[pb.BackendReply], None]
+Place = Callable[[str, list[Value]], int]
+
+
+def _where(plan: FilePlan) -> tuple[str, list[object]]:
+    params: list[object] = [json.dumps(plan.clusters)]
+    terms = []
+    for conj in plan.conjunctions:
+        if not conj:
+            terms = []          # one conjunction with no record condition: every record
+            break
+        parts = []
+        for attr, op, value in conj:
+            parts.append(f"{col(attr)} {op} ?")
+            params.append(value)
+        terms.append("(" + " AND ".join(parts) + ")")
+    sql = "cluster_id IN (SELECT value FROM json_each(?))"
+    if terms:
+        sql += " AND (" + " OR ".join(terms) + ")"
+    return sql, params
+
+
+def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
+    exprs, params = [], []
+    for a in attrs:
+        if a == "FILE":
+            exprs.append("?")
+            params.append(plan.schema.name)
+        elif a == "BODY":
+            exprs.append("_body")
+        elif a in plan.schema.by_name:
+            exprs.append(col(a))
+        else:
+            exprs.append("NULL")    # the target names an attribute this file lacks
+    return ", ".join(exprs), params
+
+
+def retrieve_rows(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str], emit: Emit,
+                  request_index: int, side: int = 0) -> int:
+    """Stream matching records' target attributes as JSON row batches; returns the count."""
+    if not plan.clusters:
+        return 0
+    select, sparams = _select_list(plan, attrs)
+    where, wparams = _where(plan)
+    cur = conn.execute(f"SELECT {select} FROM {table(plan.schema.name)} WHERE {where}",
+                       sparams + wparams)
+    total = 0
+    while rows := cur.fetchmany(BATCH_ROWS):
+        total += len(rows)
+        emit(pb.BackendReply(request_index=request_index, rows=pb.RowBatch(
+            rows_json=json.dumps(rows, separators=(",", ":")).encode(), count=len(rows),
+            side=side)))
+    return total
+
+
+def aggregate(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: str,
+              emit: Emit, request_index: int) -> int:
+    """Partial aggregates per BY group; returns the number of records aggregated."""
+    if not plan.clusters:
+        return 0
+    exprs = []
+    for a in items:
+        c = col(a) if a in plan.schema.by_name else "NULL"
+        exprs += [f"SUM({c})", f"COUNT({c})", f"MIN({c})", f"MAX({c})"]
+    key = col(by) if by else "NULL"
+    where, params = _where(plan)
+    sql = (f"SELECT {key}, COUNT(*), {', '.join(exprs)} FROM {table(plan.schema.name)} "
+           f"WHERE {where}" + (f" GROUP BY {key}" if by else ""))
+    total = 0
+    for row in conn.execute(sql, params):
+        if row[1] == 0:
+            continue         # no records: nothing to contribute
+        total += row[1]
+        g = pb.PartialGroup()
+        to_pb(row[0], g.key)
+        for j in range(len(items)):
+            s, n, lo, hi = row[2 + 4 * j: 6 + 4 * j]
+            to_pb(s, g.sums.add())
+            g.counts.append(n)
+            to_pb(lo, g.mins.add())
+            to_pb(hi, g.maxs.add())
+        emit(pb.BackendReply(request_index=request_index, group=g))
+    return total
+
+
+def delete(conn: sqlite3.Connection, plan: FilePlan) -> int:
+    if not plan.clusters:
+        return 0
+    where, params = _where(plan)
+    return conn.execute(f"DELETE FROM {table(plan.schema.name)} WHERE {where}", params).rowcount
+
+
+def _modifier_sql(m: pb.Modifier) -> tuple[str, list[object]]:
+    value = from_pb(m.value)
+    if not m.source:
+        return "?", [value]
+    if not m.arith:
+        return col(m.source), []
+    return f"({col(m.source)} {m.arith} ?)", [value]
+
+
+def update(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier) -> int:
+    """UPDATE of a non-directory attribute: records stay in their clusters."""
+    if not plan.clusters:
+        return 0
+    expr, eparams = _modifier_sql(m)
+    where, wparams = _where(plan)
+    return conn.execute(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = {expr} "
+                        f"WHERE {where}", eparams + wparams).rowcount
+
+
+def update_moving(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
+                  cluster_of: Place) -> int:
+    """UPDATE of a directory attribute: each record may move to another cluster.
+
+    SQLite computes the new value (so arithmetic is the same as in `update`);
+    `cluster_of` maps the record's new directory values to a cluster id, asking
+    IIG to allocate one when the combination is new.
+    """
+    if not plan.clusters:
+        return 0
+    expr, eparams = _modifier_sql(m)
+    dir_attrs = plan.schema.directory_attributes[1:]      # FILE never changes
+    sel = ", ".join(expr if a == m.attr else col(a) for a in dir_attrs)
+    where, wparams = _where(plan)
+    rows = conn.execute(f"SELECT rid, {sel} FROM {table(plan.schema.name)} WHERE {where}",
+                        eparams * dir_attrs.count(m.attr) + wparams).fetchall()
+    pos = dir_attrs.index(m.attr)
+    changes = []
+    for rid, *values in rows:
+        cid = cluster_of(plan.schema.name, [plan.schema.name, *values])
+        changes.append((values[pos], cid, rid))
+    conn.executemany(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = ?, cluster_id = ? "
+                     f"WHERE rid = ?", changes)
+    return len(changes)
+
+
+def insert(conn: sqlite3.Connection, schema: FileSchema, records: list[pb.PlacedRecord]) -> int:
+    names = [a.name for a in schema.attributes]
+    sql = (f"INSERT INTO {table(schema.name)} (cluster_id, {', '.join(map(col, names))}, _body) "
+           f"VALUES (?, {', '.join('?' * len(names))}, ?)")
+    conn.executemany(sql, [
+        (r.cluster_id, *[from_pb(v) for v in r.values], r.body if r.HasField("body") else None)
+        for r in records])
+    return len(records)

@@ -1,0 +1,181 @@
+"""The backend's own SQLite file: its copy of the directory and its slice of the records.
+
+Tables: `meta` (identity), `files`, `descriptors` (DDIT, with AT derivable
+from it), `clusters` (CDT), and one STRICT table `r_<FILE>` per file whose
+`cluster_id` index is the CDT's address list: a cluster's records on this
+backend are found through it (address generation, SPEC §4 step 5).
+
+Connections: one writer connection, used only from the single writer thread
+(datasette's pattern: one writer, many readers), and one read-only
+connection per reader thread. WAL lets readers run beside the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from pathlib import Path
+
+from mbds.directory import file_schema_from_pb
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import FileSchema
+from mbds.values import from_pb, to_pb
+
+SQL_TYPES = {"integer": "INTEGER", "float": "REAL", "string": "TEXT"}
+SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def table(file: str) -> str:
+    # File and attribute names are validated identifiers, so quoting them is safe;
+    # values never reach SQL text (always bound parameters).
+    return f'"r_{file}"'
+
+
+def col(attr: str) -> str:
+    return f'"{attr}"'
+
+
+class Store:
+    def __init__(self, path: Path, *, synchronous: str = "NORMAL", memory: bool = False) -> None:
+        if synchronous.upper() not in SYNC_MODES:
+            raise ValueError(f"synchronous must be one of {SYNC_MODES}")
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self.memory = memory
+        self._local = threading.local()
+        if memory:
+            # One shared in-memory database (benchmarks of durability modes only).
+            self.uri = f"file:mbds-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            self._keepalive = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.uri = path.resolve().as_uri()
+        conn = self.writer()
+        conn.executescript("""
+            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS files (name TEXT PRIMARY KEY, def TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS descriptors (
+                id INTEGER PRIMARY KEY, file TEXT NOT NULL, attr TEXT NOT NULL,
+                kind TEXT NOT NULL, low TEXT, high TEXT, value TEXT);
+            CREATE TABLE IF NOT EXISTS clusters (
+                id INTEGER PRIMARY KEY, file TEXT NOT NULL, dids TEXT NOT NULL);
+        """)
+
+    # --------------------------------------------------------- connections --
+    def _connect(self, readonly: bool) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.uri, uri=True, isolation_level=None,
+                               check_same_thread=False, timeout=30)
+        if not self.memory:
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        if readonly:
+            conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    def writer(self) -> sqlite3.Connection:
+        """The writer connection; call only from the writer thread (or at startup)."""
+        if getattr(self, "_writer", None) is None:
+            self._writer = self._connect(readonly=False)
+        return self._writer
+
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read-only connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect(readonly=True)
+        return conn
+
+    # ------------------------------------------------------------ identity --
+    def identity(self, default: str) -> str:
+        """This backend's name, fixed the first time the data directory is used."""
+        conn = self.writer()
+        row = conn.execute("SELECT value FROM meta WHERE key = 'name'").fetchone()
+        if row:
+            return row[0]
+        conn.execute("INSERT INTO meta (key, value) VALUES ('name', ?)", (default,))
+        return default
+
+    # ----------------------------------------------------------- directory --
+    def load_directory(self) -> pb.DirectoryUpdate:
+        conn = self.writer()
+        upd = pb.DirectoryUpdate()
+        for (text,) in conn.execute("SELECT def FROM files ORDER BY rowid"):
+            d = json.loads(text)
+            upd.files.append(pb.FileDef(name=d["name"], attributes=[
+                pb.AttributeDef(name=a[0], type=a[1], directory=a[2]) for a in d["attributes"]]))
+        for row in conn.execute("SELECT id, file, attr, kind, low, high, value FROM descriptors"):
+            d = upd.descriptors.add(id=row[0], file=row[1], attr=row[2], kind=row[3])
+            for field, text in zip(("low", "high", "value"), row[4:], strict=True):
+                to_pb(json.loads(text) if text is not None else None, getattr(d, field))
+        for cid, file, dids in conn.execute("SELECT id, file, dids FROM clusters"):
+            upd.clusters.add(id=cid, file=file, descriptor_ids=json.loads(dids))
+        return upd
+
+    def persist_directory(self, new: pb.DirectoryUpdate) -> None:
+        """Store the new parts of a directory update (writer thread), creating file tables."""
+        conn = self.writer()
+        with _transaction(conn):
+            self.persist_rows(conn, new)
+
+    def persist_rows(self, conn: sqlite3.Connection, new: pb.DirectoryUpdate) -> None:
+        """Store directory rows inside the caller's transaction."""
+        for f in new.files:
+            schema = file_schema_from_pb(f)
+            conn.execute("INSERT OR IGNORE INTO files (name, def) VALUES (?, ?)", (
+                f.name, json.dumps({"name": f.name, "attributes": [
+                    [a.name, a.type, a.directory] for a in schema.attributes]})))
+            self._create_file_table(conn, schema)
+        conn.executemany(
+            "INSERT OR IGNORE INTO descriptors VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(d.id, d.file, d.attr, d.kind, *(_json(getattr(d, f)) for f in
+                                              ("low", "high", "value")))
+             for d in new.descriptors])
+        conn.executemany("INSERT OR IGNORE INTO clusters VALUES (?, ?, ?)", [
+            (c.id, c.file, json.dumps(list(c.descriptor_ids))) for c in new.clusters])
+
+    @staticmethod
+    def _create_file_table(conn: sqlite3.Connection, schema: FileSchema) -> None:
+        cols = ", ".join(f"{col(a.name)} {SQL_TYPES[a.type]}" for a in schema.attributes)
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table(schema.name)} ("
+                     f"rid INTEGER PRIMARY KEY, cluster_id INTEGER NOT NULL, {cols}, "
+                     f"_body TEXT) STRICT")
+        conn.execute(f'CREATE INDEX IF NOT EXISTS "ix_{schema.name}_cluster" '
+                     f"ON {table(schema.name)} (cluster_id)")
+
+    def cluster_counts(self, files: list[str]) -> list[tuple[int, int]]:
+        """(cluster id, records here) for every non-empty cluster: IIG's placement state."""
+        conn = self.reader()
+        out: list[tuple[int, int]] = []
+        for f in files:
+            out += conn.execute(
+                f"SELECT cluster_id, COUNT(*) FROM {table(f)} GROUP BY cluster_id").fetchall()
+        return out
+
+    def close(self) -> None:
+        if getattr(self, "_writer", None) is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _json(v: pb.Value) -> str | None:
+    value = from_pb(v)
+    return None if value is None else json.dumps(value)
+
+
+class _transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on error (autocommit connections)."""
+
+    def __init__(self, conn: sqlite3.Connection, mode: str = "IMMEDIATE") -> None:
+        self.conn, self.mode = conn, mode
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute(f"BEGIN {self.mode}")
+        return self.conn
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+transaction = _transaction

@@ -1,0 +1,256 @@
+"""Hand-written ABDL lexer and the syntax-error type.
+
+The lexer is a cursor over the source text. Tokens are produced on demand with
+one token of look-ahead; the parser may also try a compiled "fast" pattern that
+swallows a whole keyword or predicate in one regex call (`fast_match`), because
+a per-token Python loop is too slow for 30+-keyword INSERTs on the hot path.
+The patterns below are shared with the parser so both paths agree on what a
+number, word, string and whitespace are.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_right
+from typing import NamedTuple
+
+from controller.abdl.ast import Pos, Value
+
+# Reserved words, as token kinds (canonical upper case).
+KEYWORDS: frozenset[str] = frozenset(
+    {"INSERT", "DELETE", "UPDATE", "RETRIEVE", "COMMON", "BY", "AND", "OR", "ALL"}
+    | {"AVG", "COUNT", "SUM", "MIN", "MAX"}
+)
+
+# Descriptive names used in `AbdlSyntaxError.expected`; everything else there
+# is a literal token and gets quoted in the message.
+ATTRIBUTE = "attribute name"
+VALUE = "value"
+RELOP = "comparison operator"
+AGGREGATE = "aggregate"
+END = "end of input"
+_DESCRIPTIVE = frozenset({ATTRIBUTE, VALUE, RELOP, AGGREGATE, END})
+
+# Possessive quantifiers (3.11+) keep whitespace/comment runs from
+# backtracking exponentially when a later part of a pattern fails.
+WS = r"(?:[ \t\r\n\f\v]++|--[^\n]*+)*+"
+NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+WORD = r"[A-Za-z_][A-Za-z0-9_]*"
+STR = r"'(?:[^'\\]|\\.)*+'|\"(?:[^\"\\]|\\.)*+\""
+
+_TOKEN_RE = re.compile(
+    WS + rf"(?:(?P<NUMBER>{NUM})|(?P<WORD>{WORD})|(?P<STRING>{STR})"
+    r"|(?P<PUNCT><=|>=|!=|[-+*/<>=(),;\[\]{}]))",
+    re.DOTALL,
+)
+_WS_RE = re.compile(WS)
+_NUM_TAIL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.")
+_BAD_NUM_RE = re.compile(r"[+-]?[A-Za-z0-9_.]+")
+_STR_ESC_RE = re.compile(r"\\(.)", re.DOTALL)
+_STR_ESCAPES = {"n": "\n", "t": "\t"}
+_BODY_RE = re.compile(r"(?:[^\\}]|\\.)*+}", re.DOTALL)
+_BODY_ESC_RE = re.compile(r"\\([\\}])")
+_NEWLINE_RE = re.compile("\n")
+
+# Pos objects for line 1 are shared: single-line requests are the common case
+# and a dict hit is several times cheaper than building a frozen dataclass.
+_LINE1_POS: dict[int, Pos] = {}
+_LINE1_POS_LIMIT = 4096
+
+
+class AbdlSyntaxError(ValueError):
+    """A request is not valid ABDL. Carries 1-based line/column of the problem."""
+
+    def __init__(
+        self,
+        line: int,
+        column: int,
+        expected: tuple[str, ...] = (),
+        found: str = "",
+        detail: str | None = None,
+    ) -> None:
+        self.line = line
+        self.column = column
+        self.expected = expected
+        self.found = found
+        self.detail = detail
+        super().__init__(f"line {line}, column {column}: {self._describe()}")
+
+    def __reduce__(self) -> tuple[type[AbdlSyntaxError], tuple[object, ...]]:
+        # Custom __init__ signature: make pickling (e.g. across processes) work.
+        return (type(self), (self.line, self.column, self.expected, self.found, self.detail))
+
+    def _describe(self) -> str:
+        if self.detail is not None:
+            return self.detail
+        names = [e if e in _DESCRIPTIVE else quote(e) for e in self.expected]
+        wanted = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        found = END if self.found == END else quote(self.found)
+        return f"expected {wanted}, found {found}"
+
+
+def quote(text: str) -> str:
+    """Quote a source fragment for an error message, shortening long ones."""
+    if len(text) > 40:
+        text = text[:37] + "..."
+    if "'" in text and '"' not in text:
+        return f'"{text}"'
+    return f"'{text}'"
+
+
+class Token(NamedTuple):
+    kind: str  # 'NUMBER' 'STRING' 'WORD' 'EOF', a keyword ('AND'...) or the punctuation itself
+    text: str  # exactly as written
+    value: Value | None  # converted literal for NUMBER/STRING, the text for words
+    offset: int  # index of the first character in the source
+
+
+def number_value(text: str) -> int | float | None:
+    """Convert a NUM match; None when it cannot be represented."""
+    try:
+        if "." in text or "e" in text or "E" in text:
+            value = float(text)
+            return None if math.isinf(value) else value
+        return int(text)
+    except ValueError:  # e.g. more digits than sys.get_int_max_str_digits()
+        return None
+
+
+def string_value(text: str) -> str:
+    """Decode a quoted STR match (quotes included)."""
+    inner = text[1:-1]
+    if "\\" not in inner:
+        return inner
+    return _STR_ESC_RE.sub(lambda m: _STR_ESCAPES.get(m.group(1), m.group(1)), inner)
+
+
+class Lexer:
+    __slots__ = ("text", "pos", "_peeked", "_line_starts")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0  # offset just after the last scanned token
+        self._peeked: Token | None = None
+        self._line_starts: list[int] | None = None
+        if "\n" in text:
+            self._line_starts = [0, *(m.end() for m in _NEWLINE_RE.finditer(text))]
+
+    # -- positions and errors -------------------------------------------------
+
+    def position(self, offset: int) -> Pos:
+        starts = self._line_starts
+        if starts is None:
+            pos = _LINE1_POS.get(offset)
+            if pos is None:
+                pos = Pos(1, offset + 1)
+                if offset < _LINE1_POS_LIMIT:
+                    _LINE1_POS[offset] = pos
+            return pos
+        line = bisect_right(starts, offset)
+        return Pos(line, offset - starts[line - 1] + 1)
+
+    def error(
+        self,
+        offset: int,
+        expected: tuple[str, ...] = (),
+        found: str = "",
+        detail: str | None = None,
+    ) -> AbdlSyntaxError:
+        pos = self.position(offset)
+        return AbdlSyntaxError(pos.line, pos.column, expected, found, detail)
+
+    def unexpected(self, tok: Token, expected: tuple[str, ...]) -> AbdlSyntaxError:
+        return self.error(tok.offset, expected, END if tok.kind == "EOF" else tok.text)
+
+    # -- token stream ---------------------------------------------------------
+
+    def peek(self) -> Token:
+        tok = self._peeked
+        if tok is None:
+            tok = self._peeked = self._scan()
+        return tok
+
+    def take(self) -> Token:
+        tok = self._peeked
+        if tok is None:
+            return self._scan()
+        self._peeked = None
+        return tok
+
+    def mark(self) -> int:
+        """Offset of the next unread character, dropping any look-ahead token.
+
+        Used before fast-pattern matching; a dropped token is simply re-scanned.
+        """
+        if self._peeked is not None:
+            self.pos = self._peeked.offset
+            self._peeked = None
+        return self.pos
+
+    def fast_match(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
+        """Match `pattern` at the cursor; advance past it on success."""
+        m = pattern.match(self.text, self.mark())
+        if m is not None:
+            self.pos = m.end()
+        return m
+
+    def reset(self, offset: int) -> None:
+        """Move the cursor to `offset` (after fast matching, or to redo one slowly)."""
+        self.pos = offset
+        self._peeked = None
+
+    def read_body(self, brace_offset: int) -> str:
+        """Raw record body after a '{' (the cursor sits just after it)."""
+        if self._peeked is not None:
+            raise AssertionError("read_body with a pending look-ahead token")
+        text, start = self.text, self.pos
+        end = text.find("}", start)
+        if end >= 0 and text.find("\\", start, end) < 0:
+            self.pos = end + 1  # fast path: nothing escaped
+            return text[start:end]
+        m = _BODY_RE.match(text, start)
+        if m is None:
+            raise self.error(brace_offset, found="{", detail="unterminated body text (no '}')")
+        self.pos = m.end()
+        # Only \} and \\ are escapes; any other backslash is kept verbatim.
+        return _BODY_ESC_RE.sub(r"\1", text[start : m.end() - 1])
+
+    def _scan(self) -> Token:
+        text = self.text
+        m = _TOKEN_RE.match(text, self.pos)
+        if m is None:
+            return self._scan_failed()
+        kind = m.lastgroup
+        assert kind is not None  # every alternative is a named group
+        s = m.group(kind)
+        end = self.pos = m.end()
+        start = end - len(s)
+        if kind == "WORD":
+            upper = s.upper()
+            return Token(upper if upper in KEYWORDS else "WORD", s, s, start)
+        if kind == "PUNCT":
+            return Token(s, s, None, start)
+        if kind == "STRING":
+            return Token("STRING", s, string_value(s), start)
+        if end < len(text) and text[end] in _NUM_TAIL:
+            bad = _BAD_NUM_RE.match(text, start)
+            assert bad is not None
+            raise self.error(start, found=bad.group(), detail=f"bad number {quote(bad.group())}")
+        value = number_value(s)
+        if value is None:
+            raise self.error(start, found=s, detail=f"number out of range {quote(s)}")
+        return Token("NUMBER", s, value, start)
+
+    def _scan_failed(self) -> Token:
+        text = self.text
+        ws = _WS_RE.match(text, self.pos)
+        assert ws is not None  # WS matches the empty string
+        at = ws.end()
+        if at == len(text):
+            self.pos = at
+            return Token("EOF", "", None, at)
+        ch = text[at]
+        if ch in "'\"":
+            raise self.error(at, found=ch, detail="unterminated string literal")
+        raise self.error(at, found=ch, detail=f"bad character {quote(ch)}")

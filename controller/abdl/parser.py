@@ -1,0 +1,416 @@
+"""Recursive-descent parser for ABDL traffic units (grammar in SPEC.md section 3).
+
+Keywords and predicates are first tried with one compiled pattern each (the
+"fast path"); anything unusual -- a syntax error, a reserved word, an
+unrepresentable number -- falls back to the token-by-token path, which is the
+reference behaviour and produces the precise error. Both paths share the
+lexer's token patterns, so they accept exactly the same language.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NoReturn
+
+from controller.abdl.ast import (
+    AGGREGATES,
+    ARITH_OPS,
+    RELOPS,
+    Conjunction,
+    Delete,
+    Insert,
+    Keyword,
+    Modifier,
+    Predicate,
+    Query,
+    Request,
+    Retrieve,
+    RetrieveCommon,
+    TargetItem,
+    TrafficUnit,
+    Update,
+    Value,
+)
+from controller.abdl.lexer import (
+    AGGREGATE,
+    ATTRIBUTE,
+    END,
+    KEYWORDS,
+    NUM,
+    RELOP,
+    STR,
+    VALUE,
+    WORD,
+    AbdlSyntaxError,
+    Lexer,
+    Token,
+    number_value,
+    string_value,
+)
+
+__all__ = ["AbdlSyntaxError", "parse"]
+
+# Fast patterns allow plain whitespace only; comments inside a keyword,
+# predicate or target item simply take the slow path.
+_S = r"[ \t\r\n\f\v]*"
+_VALUE = rf"(?:({NUM})|({WORD})|({STR}))"
+# `<ATTR, value>` plus the following ',' or ')': groups 1 '<', 2 attr, 3-5 value, 6 separator.
+_KEYWORD_RE = re.compile(rf"{_S}(<){_S}({WORD}){_S},{_S}{_VALUE}{_S}>{_S}([,)])", re.DOTALL)
+# `(ATTR relop value)`: groups 1 '(', 2 attr, 3 relop, 4-6 value.
+_PREDICATE_RE = re.compile(
+    rf"{_S}(\(){_S}({WORD}){_S}(<=|>=|!=|=|<|>){_S}{_VALUE}{_S}\)", re.DOTALL
+)
+# A plain target attribute plus the following ',' or ')': groups 1 attr, 2 separator.
+_ITEM_RE = re.compile(rf"{_S}({WORD}){_S}([,)])")
+
+_REQUEST_STARTS = ("INSERT", "DELETE", "UPDATE", "RETRIEVE")
+_RELOP_SET = frozenset(RELOPS)
+_AGG_SET = frozenset(AGGREGATES)
+_ARITH_SET = frozenset(ARITH_OPS)
+
+
+def parse(text: str) -> TrafficUnit:
+    """Parse one traffic unit: a request or a `[ ...; ... ]` transaction."""
+    return _Parser(text).traffic_unit()
+
+
+def _fast_value(num: str | None, word: str | None, string: str | None) -> Value | None:
+    """Value from a fast-pattern match; None means 'redo on the slow path'."""
+    if word is not None:
+        return word
+    if num is not None:
+        return number_value(num)
+    assert string is not None  # one of the three alternatives always matched
+    return string_value(string)
+
+
+class _Parser:
+    __slots__ = ("_lx", "_trail")
+
+    def __init__(self, text: str) -> None:
+        self._lx = Lexer(text)
+        # Optional tokens that could have continued the request just parsed;
+        # they are added to "expected" when the request is followed by junk.
+        self._trail: tuple[str, ...] = ()
+
+    # -- helpers --------------------------------------------------------------
+
+    def _fail(self, tok: Token, *expected: str) -> NoReturn:
+        raise self._lx.unexpected(tok, expected)
+
+    def _expect(self, kind: str) -> Token:
+        tok = self._lx.take()
+        if tok.kind != kind:
+            self._fail(tok, kind)
+        return tok
+
+    def _reserved(self, word: str, offset: int) -> AbdlSyntaxError:
+        return self._lx.error(
+            offset,
+            (ATTRIBUTE,),
+            word,
+            f"'{word}' is a reserved word and cannot be an attribute name",
+        )
+
+    def _attr(self, *expected: str) -> str:
+        tok = self._lx.take()
+        if tok.kind == "WORD":
+            return tok.text.upper()
+        if tok.kind in KEYWORDS:
+            raise self._reserved(tok.text, tok.offset)
+        self._fail(tok, *(expected or (ATTRIBUTE,)))
+
+    def _value(self) -> Value:
+        tok = self._lx.take()
+        kind = tok.kind
+        if kind == "NUMBER" or kind == "STRING":
+            assert tok.value is not None
+            return tok.value
+        if kind == "WORD" or kind in KEYWORDS:
+            return tok.text  # bare word, case preserved (reserved words allowed as values)
+        self._fail(tok, VALUE)
+
+    # -- traffic unit ---------------------------------------------------------
+
+    def traffic_unit(self) -> TrafficUnit:
+        lx = self._lx
+        if lx.peek().kind != "[":
+            request = self._request(*_REQUEST_STARTS, "[")
+            self._end()
+            return TrafficUnit((request,), False)
+        open_tok = lx.take()
+        if lx.peek().kind == "]":
+            raise lx.error(open_tok.offset, found="[", detail="empty transaction")
+        requests: list[Request] = []
+        while True:
+            tok = lx.peek()
+            if tok.kind == "[":
+                raise lx.error(
+                    tok.offset, found="[", detail="nested transactions are not allowed"
+                )
+            requests.append(self._request(*_REQUEST_STARTS))
+            tok = lx.take()
+            if tok.kind == "]":
+                break
+            if tok.kind != ";":
+                self._fail(tok, *self._trail, ";", "]")
+            if lx.peek().kind == "]":  # optional ';' before the closing bracket
+                lx.take()
+                break
+        self._trail = ()
+        self._end()
+        return TrafficUnit(tuple(requests), True)
+
+    def _end(self) -> None:
+        tok = self._lx.peek()
+        if tok.kind != "EOF":
+            self._fail(tok, *self._trail, END)
+
+    def _request(self, *expected: str) -> Request:
+        tok = self._lx.take()
+        kind = tok.kind
+        if kind == "INSERT":
+            return self._insert(tok)
+        if kind == "RETRIEVE":
+            return self._retrieve(tok)
+        if kind == "DELETE":
+            query = self._query()
+            self._trail = ("or",)
+            return Delete(query, self._lx.position(tok.offset))
+        if kind == "UPDATE":
+            return self._update(tok)
+        self._fail(tok, *expected)
+
+    # -- INSERT ---------------------------------------------------------------
+
+    def _insert(self, insert_tok: Token) -> Insert:
+        lx = self._lx
+        self._expect("(")
+        keywords: list[Keyword] = []
+        append = keywords.append
+        # Hot path (big INSERTs from loaders): locals instead of attribute look-ups.
+        text, match, position = lx.text, _KEYWORD_RE.match, lx.position
+        offset = lx.mark()
+        while True:
+            m = match(text, offset)
+            if m is not None:
+                _, attr, num, word, string, sep = m.groups()
+                upper = attr.upper()
+                if upper not in KEYWORDS:
+                    value: Value | None
+                    if word is not None:
+                        value = word
+                    elif num is not None:
+                        value = number_value(num)
+                    else:
+                        value = string_value(string)
+                    if value is not None:
+                        append(Keyword(upper, value, position(m.start(1))))
+                        offset = m.end()
+                        if sep == ",":
+                            continue
+                        break
+            # Slow path: the reference behaviour, and it reports any error.
+            lx.reset(offset)
+            lt = self._expect("<")
+            attr = self._attr()
+            self._expect(",")
+            slow_value = self._value()
+            self._expect(">")
+            append(Keyword(attr, slow_value, position(lt.offset)))
+            tok = lx.take()
+            if tok.kind == ")":
+                offset = lx.mark()
+                break
+            if tok.kind != ",":
+                self._fail(tok, ",", ")")
+            offset = lx.mark()
+        lx.reset(offset)
+        body: str | None = None
+        if lx.peek().kind == "{":
+            brace = lx.take()
+            body = lx.read_body(brace.offset)
+        self._trail = () if body is not None else ("{",)
+        return Insert(tuple(keywords), body, position(insert_tok.offset))
+
+    # -- queries --------------------------------------------------------------
+
+    def _query(self) -> Query:
+        lx = self._lx
+        conjunctions = [self._conjunction()]
+        while lx.peek().kind == "OR":
+            lx.take()
+            conjunctions.append(self._conjunction())
+        return Query(tuple(conjunctions))
+
+    def _conjunction(self) -> Conjunction:
+        lx = self._lx
+        predicate = self._fast_predicate()
+        if predicate is not None:
+            return Conjunction((predicate,))
+        open_tok = self._expect("(")
+        if lx.peek().kind != "(":
+            # '(' followed by anything but '(' starts a single predicate.
+            return Conjunction((self._predicate_rest(open_tok, ATTRIBUTE, "("),))
+        predicates = [self._predicate()]
+        while True:
+            tok = lx.take()
+            if tok.kind == ")":
+                return Conjunction(tuple(predicates))
+            if tok.kind != "AND":
+                self._fail(tok, ")", "and")
+            predicates.append(self._predicate())
+
+    def _fast_predicate(self) -> Predicate | None:
+        lx = self._lx
+        m = lx.fast_match(_PREDICATE_RE)
+        if m is None:
+            return None
+        _, attr, op, num, word, string = m.groups()
+        upper = attr.upper()
+        value = _fast_value(num, word, string)
+        if value is None or upper in KEYWORDS:
+            lx.reset(m.start())
+            return None
+        return Predicate(upper, op, value, lx.position(m.start(1)))
+
+    def _predicate(self) -> Predicate:
+        predicate = self._fast_predicate()
+        if predicate is not None:
+            return predicate
+        return self._predicate_rest(self._expect("("), ATTRIBUTE)
+
+    def _predicate_rest(self, open_tok: Token, *attr_expected: str) -> Predicate:
+        attr = self._attr(*attr_expected)
+        op = self._lx.take()
+        if op.kind not in _RELOP_SET:
+            self._fail(op, RELOP)
+        value = self._value()
+        self._expect(")")
+        return Predicate(attr, op.kind, value, self._lx.position(open_tok.offset))
+
+    # -- UPDATE ---------------------------------------------------------------
+
+    def _update(self, update_tok: Token) -> Update:
+        lx = self._lx
+        query = self._query()
+        lt = lx.take()
+        if lt.kind != "<":
+            self._fail(lt, "or", "<")
+        attr = self._attr()
+        self._expect("=")
+        source: str | None = None
+        arith: str | None = None
+        bare_word = False
+        tok = lx.take()
+        kind = tok.kind
+        value: Value
+        if kind == "NUMBER" or kind == "STRING":
+            assert tok.value is not None  # literals always carry their value
+            value = tok.value
+        elif kind == "WORD" or kind in KEYWORDS:
+            nxt = lx.peek()
+            if nxt.kind in _ARITH_SET or (nxt.kind == "NUMBER" and nxt.text[0] in "+-"):
+                if kind != "WORD":
+                    raise self._reserved(tok.text, tok.offset)
+                source = tok.text.upper()
+                value = self._arith_operand(nxt)
+                arith = nxt.kind if nxt.kind in _ARITH_SET else nxt.text[0]
+            else:
+                value = tok.text
+                # A reserved word can never name an attribute, so it is a string.
+                bare_word = kind == "WORD"
+        else:
+            self._fail(tok, VALUE, ATTRIBUTE)
+        gt = lx.take()
+        if gt.kind != ">":
+            if bare_word:  # `<A = Word ?`: an arithmetic operator could also follow
+                self._fail(gt, *ARITH_OPS, ">")
+            self._fail(gt, ">")
+        self._trail = ()
+        modifier = Modifier(attr, source, arith, value, bare_word, lx.position(lt.offset))
+        return Update(query, modifier, lx.position(update_tok.offset))
+
+    def _arith_operand(self, op_tok: Token) -> Value:
+        """Operand after `ATTR op`; `POP -5` lexes as a signed number, so split it."""
+        self._lx.take()
+        if op_tok.kind in _ARITH_SET:
+            return self._value()
+        number = op_tok.value
+        assert isinstance(number, int | float)
+        return -number if op_tok.text[0] == "-" else number
+
+    # -- RETRIEVE -------------------------------------------------------------
+
+    def _retrieve(self, retrieve_tok: Token) -> Retrieve | RetrieveCommon:
+        lx = self._lx
+        left = self._retrieve_body(retrieve_tok)
+        tok = lx.peek()
+        if tok.kind == "BY":
+            lx.take()
+            by = self._attr()
+            self._trail = ()
+            return Retrieve(left.query, left.targets, by, left.pos)
+        if tok.kind != "COMMON":
+            self._trail = ("BY", "COMMON")
+            return left
+        lx.take()
+        self._expect("(")
+        first = self._attr()
+        self._expect(",")
+        second = self._attr()
+        self._expect(")")
+        right = self._retrieve_body(self._expect("RETRIEVE"))
+        self._trail = ()
+        return RetrieveCommon(left, (first, second), right, left.pos)
+
+    def _retrieve_body(self, retrieve_tok: Token) -> Retrieve:
+        """`RETRIEVE query target` (the RETRIEVE token already taken)."""
+        lx = self._lx
+        query = self._query()
+        tok = lx.take()
+        if tok.kind != "(":
+            self._fail(tok, "or", "(")
+        items: list[TargetItem] = []
+        text, match, position = lx.text, _ITEM_RE.match, lx.position
+        while True:
+            # Fast path for plain attribute names (the common case).
+            m = match(text, lx.mark())
+            if m is not None:
+                word, sep = m.groups()
+                upper = word.upper()
+                if upper not in KEYWORDS or upper == "ALL":
+                    pos = position(m.start(1))
+                    if upper == "ALL":
+                        items.append(TargetItem(None, None, True, pos))
+                    else:
+                        items.append(TargetItem(upper, None, False, pos))
+                    lx.reset(m.end())
+                    if sep == ",":
+                        continue
+                    break
+            items.append(self._target_item())
+            tok = lx.take()
+            if tok.kind == ")":
+                break
+            if tok.kind != ",":
+                self._fail(tok, ",", ")")
+        return Retrieve(query, tuple(items), None, position(retrieve_tok.offset))
+
+    def _target_item(self) -> TargetItem:
+        lx = self._lx
+        tok = lx.take()
+        kind = tok.kind
+        pos = lx.position(tok.offset)
+        if kind == "WORD":
+            return TargetItem(tok.text.upper(), None, False, pos)
+        if kind == "ALL":
+            return TargetItem(None, None, True, pos)
+        if kind in _AGG_SET:
+            self._expect("(")
+            attr = self._attr()
+            self._expect(")")
+            return TargetItem(attr, kind, False, pos)
+        if kind in KEYWORDS:
+            raise self._reserved(tok.text, tok.offset)
+        self._fail(tok, ATTRIBUTE, AGGREGATE, "ALL")

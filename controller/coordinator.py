@@ -1,0 +1,228 @@
+"""The controller's core: REQP → IIG → broadcast on the bus → PP, for each traffic unit.
+
+The controller keeps no files of its own. At start it reads every backend's
+directory, takes their union as the authoritative one (ids only ever come
+from IIG, so copies can only lag, never disagree) and brings any lagging
+backend up to date. Placement state is rebuilt from the backends' per-cluster
+record counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+from controller import pp
+from controller.iig import Iig
+from controller.links import BackendLink
+from controller.reqp import OPS, Prepared, PreparedInsert, Reqp, check_value
+from mbds import metrics
+from mbds.directory import Directory
+from mbds.errors import BackendUnavailable, DefinitionError, SemanticError
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
+from mbds.values import Value, from_pb, to_pb
+
+log = logging.getLogger("mbds.controller")
+
+
+class Coordinator:
+    def __init__(self, addresses: list[str], *, iig_address: str = "",
+                 internal_timing: bool = True, timeout: float = 60.0,
+                 connect_timeout: float = 10.0) -> None:
+        self.epoch = uuid.uuid4().hex[:12]
+        self.links = [BackendLink(a) for a in addresses]
+        self.directory = Directory()
+        self.iig = Iig(self.directory)
+        self.reqp = Reqp(self.directory)
+        self.iig_address = iig_address
+        self.internal_timing = internal_timing
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.seq = 0
+        self._connecting = asyncio.Lock()
+        # Directory entries IIG allocated that no traffic unit has carried yet.
+        self.unsent = pb.DirectoryUpdate()
+
+    # ------------------------------------------------------------ joining --
+    async def start(self) -> None:
+        """Meet every backend, reconcile directories, rebuild placement, open the buses."""
+        replies = await asyncio.gather(*(self._directory_of(link) for link in self.links))
+        self.links.sort(key=lambda link: link.name)
+        for i, link in enumerate(self.links):
+            link.index = i
+        for reply in replies:
+            self.directory.apply(reply.directory)
+        self.iig.resync()
+        by_name = {r.name: r for r in replies}
+        for link in self.links:
+            for c in by_name[link.name].counts:
+                self.iig.counts.setdefault(c.cluster_id, [0] * len(self.links))[link.index] \
+                    += c.records
+        for link in self.links:
+            await self._sync(link, by_name[link.name].directory_digest)
+            link.open_bus(self._bus_hello(link))
+        log.info("controller joined %d backends: %s", len(self.links),
+                 ", ".join(f"{x.name}@{x.address}" for x in self.links))
+
+    async def _directory_of(self, link: BackendLink) -> pb.DirectoryReply:
+        await link.hello(self.connect_timeout)
+        try:
+            return await link.stub.Directory(pb.DirectoryRequest(), timeout=self.timeout)
+        except Exception as e:
+            raise link.unavailable(str(e)) from None
+
+    async def _sync(self, link: BackendLink, digest: str) -> None:
+        if digest != self.directory.digest():
+            await link.stub.ApplyDirectory(self.directory.to_update(), timeout=self.timeout)
+
+    def _bus_hello(self, link: BackendLink) -> pb.BusHello:
+        return pb.BusHello(epoch=self.epoch, backend_index=link.index,
+                           peers=[x.address for x in self.links],
+                           internal_timing=self.internal_timing, iig_address=self.iig_address)
+
+    async def ensure_up(self) -> None:
+        """Reconnect any backend whose bus broke; refuse work while one is unreachable."""
+        if all(link.up for link in self.links):
+            return
+        async with self._connecting:
+            for link in self.links:
+                if link.up:
+                    continue
+                reply = await link.hello(min(2.0, self.connect_timeout))
+                await self._sync(link, reply.directory_digest)
+                link.open_bus(self._bus_hello(link))
+                log.info("backend %s rejoined", link.name)
+
+    # ------------------------------------------------------- traffic units --
+    def _broadcast(self, build: dict[int, pb.TrafficUnit]) -> int:
+        """Give the traffic unit a place in the total order and put it on every bus."""
+        down = [link for link in self.links if not link.up]
+        if down:
+            raise down[0].unavailable()
+        self.seq += 1
+        for link in self.links:
+            tu = build[link.index]
+            tu.seq = self.seq
+            link.send(pb.BusMessage(traffic_unit=tu))
+        return self.seq
+
+    def _place_inserts(self, prepared: list[Prepared], update: pb.DirectoryUpdate,
+                       tus: dict[int, pb.TrafficUnit]) -> list[int]:
+        """IIG: clusters and backends for every inserted record; the clusters per request."""
+        clusters_per_request = []
+        n = len(self.links)
+        for i, p in enumerate(prepared):
+            clusters: set[int] = set()
+            for ins in p.inserts:
+                schema = self.directory.files[ins.file]
+                dvals = [ins.file] + [ins.values[schema.index[a]]
+                                      for a in schema.directory_attributes[1:]]
+                with metrics.handler("IIG", "place"):
+                    cid = self.iig.cluster_of(ins.file, dvals, update)
+                    b = self.iig.choose_backend(cid, n)
+                clusters.add(cid)
+                rec = tus[b].requests[i].records.add(cluster_id=cid)
+                for v in ins.values:
+                    to_pb(v, rec.values.add())
+                if ins.body is not None:
+                    rec.body = ins.body
+            for b in tus:
+                tus[b].requests[i].record_count = len(p.inserts)
+            clusters_per_request.append(len(clusters))
+        return clusters_per_request
+
+    async def run(self, prepared: list[Prepared], transaction: bool,
+                  update: pb.DirectoryUpdate | None = None,
+                  timeout: float | None = None) -> AsyncIterator[pb.ExecuteReply]:
+        await self.ensure_up()
+        if update is not None:
+            self.unsent.MergeFrom(update)
+        update = self.unsent
+        tus = {link.index: pb.TrafficUnit(transaction=transaction) for link in self.links}
+        for p in prepared:
+            for tu in tus.values():
+                tu.requests.append(p.request)
+        insert_clusters = self._place_inserts(prepared, update, tus)
+        m = sum(len(c.predicates) for p in prepared for r in (p.request.retrieval,
+                p.request.right) for c in r.query.conjunctions)
+        for tu in tus.values():
+            tu.directory.CopyFrom(update)
+            tu.predicate_count = m
+        seq = self._broadcast(tus)
+        self.unsent = pb.DirectoryUpdate()
+        async for reply in pp.gather(self.links, self.epoch, seq, prepared,
+                                     timeout or self.timeout, insert_clusters):
+            yield reply
+
+    async def execute(self, text: str, timeout: float | None = None
+                      ) -> AsyncIterator[pb.ExecuteReply]:
+        with metrics.handler("REQP", "request"):
+            prepared, transaction = self.reqp.prepare(text)
+        async for reply in self.run(prepared, transaction, timeout=timeout):
+            yield reply
+
+    async def load(self, chunk: pb.LoadRequest) -> AsyncIterator[pb.ExecuteReply]:
+        """Bulk INSERT: one traffic unit per chunk, checked like ABDL inserts."""
+        schema = self.directory.files.get(chunk.file.upper())
+        if schema is None:
+            raise SemanticError(f"unknown file {chunk.file.upper()}")
+        names = [a.upper() for a in chunk.attributes]
+        for a in names:
+            if a not in schema.by_name:
+                raise SemanticError(f"unknown attribute {a} in file {schema.name}")
+        inserts = []
+        for r, row in enumerate(chunk.records):
+            if len(row.values) != len(names):
+                raise SemanticError(f"record {r}: {len(row.values)} values for "
+                                    f"{len(names)} attributes")
+            values: list[Value] = [None] * len(schema.attributes)
+            for a, v in zip(names, row.values, strict=True):
+                value = from_pb(v)
+                if value is not None:
+                    values[schema.index[a]] = check_value(schema.by_name[a], value, None,
+                                                          schema.name)
+            inserts.append(PreparedInsert(schema.name, values,
+                                          row.body if row.HasField("body") else None))
+        p = Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name), inserts=inserts)
+        async for reply in self.run([p], transaction=False):
+            yield reply
+
+    async def define(self, text: str) -> tuple[list[str], list[str]]:
+        schemas = parse_definition(text)
+        await self.ensure_up()
+        update, created, unchanged = self.iig.define(schemas)
+        if created:
+            async for _ in self.run([], transaction=False, update=update):
+                pass
+        return created, unchanged
+
+    async def place(self, file: str, values: list[Value]) -> pb.PlaceReply:
+        """IIG for a record an UPDATE moved: its cluster, allocated centrally if new."""
+        if file not in self.directory.files:
+            raise DefinitionError(f"unknown file {file}")
+        update = pb.DirectoryUpdate()
+        cid = self.iig.cluster_of(file, values, update)
+        if update.descriptors or update.clusters:
+            # Every backend learns of the new cluster before the mover writes into it.
+            await asyncio.gather(*(link.stub.ApplyDirectory(update, timeout=self.timeout)
+                                   for link in self.links if link.up),
+                                 return_exceptions=True)
+        return pb.PlaceReply(cluster_id=cid, directory=self.iig.cluster_definition(cid))
+
+    async def status(self) -> pb.StatusReply:
+        out = pb.StatusReply(expected_backends=len(self.links), files=sorted(
+            self.directory.files), directory_digest=self.directory.digest())
+        for link in self.links:
+            out.backends.add(name=link.name, address=link.address, reachable=link.up,
+                             error=link.error)
+        return out
+
+    async def close(self) -> None:
+        for link in self.links:
+            await link.close()
+
+
+__all__ = ["Coordinator", "BackendUnavailable"]

@@ -1,0 +1,118 @@
+"""IIG — insert information generation (SPEC §4): the only place ids are allocated.
+
+For each new record IIG finds its cluster (allocating new type-C descriptor
+ids and cluster ids centrally, so every backend's directory stays
+identical) and chooses the backend that stores it: the one holding the
+fewest of that cluster's records, so each cluster is spread evenly (±1) and
+every request touching it gets all backends working.
+"""
+
+from __future__ import annotations
+
+from mbds.directory import Descriptor, Directory, file_schema_to_pb
+from mbds.errors import DefinitionError
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import FileSchema
+from mbds.values import Value
+
+
+class Iig:
+    def __init__(self, directory: Directory) -> None:
+        self.directory = directory
+        self.next_descriptor = directory.max_descriptor_id + 1
+        self.next_cluster = directory.max_cluster_id + 1
+        # cluster id -> records per backend index (placement state)
+        self.counts: dict[int, list[int]] = {}
+
+    def resync(self) -> None:
+        self.next_descriptor = max(self.next_descriptor, self.directory.max_descriptor_id + 1)
+        self.next_cluster = max(self.next_cluster, self.directory.max_cluster_id + 1)
+
+    # ------------------------------------------------------------- define --
+    def define(self, schemas: list[FileSchema]) -> tuple[pb.DirectoryUpdate, list[str], list[str]]:
+        """Directory entries for new files; identical re-definitions are no-ops."""
+        update = pb.DirectoryUpdate()
+        created, unchanged = [], []
+        for s in schemas:
+            old = self.directory.files.get(s.name)
+            if old is not None:
+                if [(a.name, a.type, a.directory) for a in old.attributes] != \
+                        [(a.name, a.type, a.directory) for a in s.attributes] or \
+                        not self._same_descriptors(s):
+                    raise DefinitionError(
+                        f"file {s.name} is already defined differently; "
+                        "a stored file's template and directory cannot be changed")
+                unchanged.append(s.name)
+                continue
+            update.files.append(file_schema_to_pb(s))
+            update.descriptors.append(self._new_descriptor(s.name, "FILE", "B", value=s.name))
+            for a in s.attributes:
+                if not a.directory:
+                    continue
+                update.descriptors.append(self._new_descriptor(s.name, a.name, "N"))
+                for spec in s.descriptor_specs.get(a.name, []):
+                    update.descriptors.append(self._new_descriptor(
+                        s.name, a.name, spec.kind, low=spec.low, high=spec.high,
+                        value=spec.value))
+            created.append(s.name)
+        self.directory.apply(update)
+        return update, created, unchanged
+
+    def _same_descriptors(self, s: FileSchema) -> bool:
+        for attr, specs in s.descriptor_specs.items():
+            have = sorted((d.kind, d.low, d.high, d.value)
+                          for d in self.directory.descriptors.values()
+                          if d.file == s.name and d.attr == attr and d.kind in "AB")
+            want = sorted((d.kind, d.low, d.high, d.value) for d in specs)
+            if have != want:
+                return False
+        return True
+
+    def _new_descriptor(self, file: str, attr: str, kind: str, *, low: Value = None,
+                        high: Value = None, value: Value = None) -> pb.Descriptor:
+        d = Descriptor(self.next_descriptor, file, attr, kind, low, high, value)
+        self.next_descriptor += 1
+        return d.to_pb()
+
+    # -------------------------------------------------------------- place --
+    def cluster_of(self, file: str, directory_values: list[Value],
+                   update: pb.DirectoryUpdate) -> int:
+        """The cluster of a record with these directory values, allocating what is new.
+
+        New descriptors and clusters are applied to the controller's directory at once
+        and appended to `update`, which travels to the backends.
+        """
+        d = self.directory
+        key = d.descriptor_key(file, directory_values)
+        attrs = d.files[file].directory_attributes
+        for i, did in enumerate(key):
+            if did is None:      # a type-C value seen for the first time
+                new = self._new_descriptor(file, attrs[i], "C", value=directory_values[i])
+                d.apply(pb.DirectoryUpdate(descriptors=[new]))
+                update.descriptors.append(new)
+                key[i] = new.id
+        dids = tuple(key)  # type: ignore[arg-type]
+        cid = d.cluster_ids.get((file, dids))
+        if cid is None:
+            cid = self.next_cluster
+            self.next_cluster += 1
+            cluster = pb.Cluster(id=cid, file=file, descriptor_ids=dids)
+            d.apply(pb.DirectoryUpdate(clusters=[cluster]))
+            update.clusters.append(cluster)
+        return cid
+
+    def cluster_definition(self, cid: int) -> pb.DirectoryUpdate:
+        """A cluster with its descriptors, for a backend that must learn of it."""
+        file, dids = self.directory.clusters[cid]
+        return pb.DirectoryUpdate(
+            descriptors=[self.directory.descriptors[i].to_pb() for i in dids],
+            clusters=[pb.Cluster(id=cid, file=file, descriptor_ids=dids)])
+
+    def choose_backend(self, cid: int, n: int) -> int:
+        """The backend with the fewest records of this cluster (lowest index on ties)."""
+        counts = self.counts.setdefault(cid, [0] * n)
+        if len(counts) < n:
+            counts.extend([0] * (n - len(counts)))
+        best = min(range(n), key=counts.__getitem__)
+        counts[best] += 1
+        return best

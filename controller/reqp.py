@@ -1,0 +1,282 @@
+"""REQP — request preparation (SPEC §4 step 1): parse, check, form the traffic unit.
+
+Everything that can be wrong with a request is found here, before anything
+is broadcast, so a rejected request changes no data on any backend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from controller.abdl import ast, parse
+from mbds.directory import Directory
+from mbds.errors import SemanticError
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import Attribute, FileSchema
+from mbds.values import Value, to_pb
+
+RELOPS = {"=": pb.EQ, "!=": pb.NE, "<": pb.LT, "<=": pb.LE, ">": pb.GT, ">=": pb.GE}
+OPS = {"INSERT": pb.INSERT, "DELETE": pb.DELETE, "UPDATE": pb.UPDATE, "RETRIEVE": pb.RETRIEVE,
+       "RETRIEVE_COMMON": pb.RETRIEVE_COMMON}
+
+
+@dataclass
+class PreparedInsert:
+    file: str
+    values: list[Value]          # aligned with the file's attributes
+    body: str | None
+
+
+@dataclass
+class Prepared:
+    """One checked request: the wire form plus what PP needs to finish it."""
+    op: str
+    request: pb.Request
+    columns: list[str] = field(default_factory=list)
+    aggregates: list[tuple[str, str]] = field(default_factory=list)    # (agg, attr)
+    by: str = ""
+    common: tuple[str, str] = ("", "")
+    left_width: int = 0
+    inserts: list[PreparedInsert] = field(default_factory=list)
+
+
+def _where(pos: ast.Pos | None) -> str:
+    return f"line {pos.line}, column {pos.column}: " if pos else ""
+
+
+def _describe(v: Value) -> str:
+    return f"{type(v).__name__.replace('str', 'string').replace('int', 'integer')} {v!r}"
+
+
+def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -> Value:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SemanticError(f"{_where(pos)}{value!r} is not a finite number")
+    if not attr.accepts(value):
+        raise SemanticError(f"{_where(pos)}type mismatch: {file}.{attr.name} is {attr.type}, "
+                            f"got {_describe(value)}")
+    return float(value) if attr.type == "float" else value
+
+
+class Reqp:
+    def __init__(self, directory: Directory) -> None:
+        self.directory = directory
+
+    def prepare(self, text: str) -> tuple[list[Prepared], bool]:
+        tu = parse(text)
+        return [self._request(r) for r in tu.requests], tu.transaction
+
+    def _file(self, name: str, pos: ast.Pos | None) -> FileSchema:
+        schema = self.directory.files.get(name.upper())
+        if schema is None:
+            raise SemanticError(f"{_where(pos)}unknown file {name.upper()}")
+        return schema
+
+    # -------------------------------------------------------------- query --
+    def _files_of(self, conj: ast.Conjunction) -> list[FileSchema]:
+        files = list(self.directory.files.values())
+        named = None
+        for p in conj.predicates:
+            if p.attr != "FILE":
+                continue
+            if not isinstance(p.value, str):
+                raise SemanticError(f"{_where(p.pos)}FILE is compared with a file name, "
+                                    f"got {_describe(p.value)}")
+            if p.op == "=":
+                named = self._file(p.value, p.pos)
+            test = {"=": str.__eq__, "!=": str.__ne__, "<": str.__lt__, "<=": str.__le__,
+                    ">": str.__gt__, ">=": str.__ge__}[p.op]
+            files = [f for f in files if test(f.name, p.value.upper())]
+        for p in conj.predicates:
+            if p.attr == "FILE":
+                continue
+            if named is not None and p.attr not in named.by_name:
+                raise SemanticError(f"{_where(p.pos)}unknown attribute {p.attr} in file "
+                                    f"{named.name}")
+            files = [f for f in files if p.attr in f.by_name]
+            if not files and named is None:
+                raise SemanticError(f"{_where(p.pos)}unknown attribute {p.attr}: "
+                                    "no file has it")
+        return files
+
+    def _query(self, q: ast.Query) -> tuple[pb.Query, list[FileSchema]]:
+        out = pb.Query()
+        all_files: dict[str, FileSchema] = {}
+        for conj in q.conjunctions:
+            files = self._files_of(conj)
+            c = out.conjunctions.add(files=[f.name for f in files])
+            for p in conj.predicates:
+                value = p.value
+                if p.attr == "FILE":
+                    value = str(value).upper()
+                else:
+                    for f in files:
+                        a = f.by_name[p.attr]
+                        if a.type == "integer" and isinstance(p.value, float):
+                            a = Attribute(a.name, "float")   # 2 < 2.5 compares fine
+                        value = check_value(a, p.value, p.pos, f.name)
+                c.predicates.add(attr=p.attr, op=RELOPS[p.op], value=to_pb(value))
+            for f in files:
+                all_files[f.name] = f
+        return out, list(all_files.values())
+
+    @staticmethod
+    def _attr_in(files: list[FileSchema], name: str, pos: ast.Pos | None) -> Attribute:
+        for f in files:
+            a = f.attribute(name)
+            if a is not None:
+                return a
+        if name == "BODY":
+            return Attribute("BODY", "string")
+        where = files[0].name if len(files) == 1 else "the files this query selects"
+        raise SemanticError(f"{_where(pos)}unknown attribute {name} in {where}")
+
+    # ----------------------------------------------------------- requests --
+    def _request(self, r: ast.Request) -> Prepared:
+        if isinstance(r, ast.Insert):
+            return self._insert(r)
+        if isinstance(r, ast.Retrieve):
+            return self._retrieve(r)
+        if isinstance(r, ast.RetrieveCommon):
+            return self._common(r)
+        query, files = self._query(r.query)
+        req = pb.Request(op=OPS[r.op], retrieval=pb.Retrieval(query=query))
+        prepared = Prepared(r.op, req, columns=[])
+        if isinstance(r, ast.Update):
+            req.modifier.CopyFrom(self._modifier(r.modifier, files))
+            req.moves_records = any(r.modifier.attr in f.directory_attributes for f in files)
+        return prepared
+
+    def _insert(self, r: ast.Insert) -> Prepared:
+        first = r.keywords[0]
+        if first.attr != "FILE":
+            raise SemanticError(f"{_where(first.pos)}a record's first keyword must be "
+                                f"<FILE, name>, got <{first.attr}, ...>")
+        if not isinstance(first.value, str):
+            raise SemanticError(f"{_where(first.pos)}FILE must name a file")
+        schema = self._file(first.value, first.pos)
+        values: list[Value] = [None] * len(schema.attributes)
+        seen = set()
+        for k in r.keywords[1:]:
+            if k.attr in seen or k.attr == "FILE":
+                raise SemanticError(f"{_where(k.pos)}attribute {k.attr} appears twice in "
+                                    "the record")
+            seen.add(k.attr)
+            a = schema.by_name.get(k.attr)
+            if a is None:
+                raise SemanticError(f"{_where(k.pos)}unknown attribute {k.attr} in file "
+                                    f"{schema.name}")
+            values[schema.index[k.attr]] = check_value(a, k.value, k.pos, schema.name)
+        req = pb.Request(op=pb.INSERT, file=schema.name)
+        return Prepared("INSERT", req, inserts=[PreparedInsert(schema.name, values, r.body)])
+
+    def _targets(self, targets: tuple[ast.TargetItem, ...], files: list[FileSchema],
+                 allow_aggregates: bool) -> tuple[list[pb.TargetItem], list[str]]:
+        items: list[pb.TargetItem] = []
+        names: list[str] = []
+        for t in targets:
+            if t.all:
+                expanded = ["FILE"] + [a.name for f in files for a in f.attributes] + ["BODY"]
+                for a in dict.fromkeys(expanded):
+                    if a not in names:
+                        items.append(pb.TargetItem(attr=a))
+                        names.append(a)
+                continue
+            attr = self._attr_in(files, t.attr or "", t.pos)
+            if t.agg:
+                if not allow_aggregates:
+                    raise SemanticError(f"{_where(t.pos)}aggregates are not allowed here")
+                if t.agg in ("AVG", "SUM") and attr.type == "string":
+                    raise SemanticError(f"{_where(t.pos)}{t.agg} of string attribute "
+                                        f"{attr.name}")
+            if t.name in names:
+                raise SemanticError(f"{_where(t.pos)}target {t.name} appears twice")
+            items.append(pb.TargetItem(attr=attr.name, agg=t.agg or ""))
+            names.append(t.name)
+        return items, names
+
+    def _retrieve(self, r: ast.Retrieve) -> Prepared:
+        query, files = self._query(r.query)
+        items, names = self._targets(r.targets, files, allow_aggregates=True)
+        aggs = [(t.agg, t.attr) for t in items if t.agg]
+        by = ""
+        if r.by:
+            by = self._attr_in(files, r.by, r.pos).name
+            if not aggs:
+                raise SemanticError(f"{_where(r.pos)}BY {by} needs at least one aggregate "
+                                    "in the target list")
+        if aggs:
+            for t in items:
+                if not t.agg and t.attr != by:
+                    raise SemanticError(
+                        f"{_where(r.pos)}{t.attr} must be the BY attribute or inside an "
+                        "aggregate when the target list has aggregates")
+            if by and by not in names:
+                names.insert(0, by)
+        req = pb.Request(op=pb.RETRIEVE, retrieval=pb.Retrieval(
+            query=query, targets=items, by=by))
+        return Prepared("RETRIEVE", req, columns=names, aggregates=aggs, by=by)
+
+    def _common(self, r: ast.RetrieveCommon) -> Prepared:
+        lq, lfiles = self._query(r.left.query)
+        rq, rfiles = self._query(r.right.query)
+        litems, lnames = self._targets(r.left.targets, lfiles, allow_aggregates=False)
+        ritems, rnames = self._targets(r.right.targets, rfiles, allow_aggregates=False)
+        la = self._attr_in(lfiles, r.common[0], r.pos)
+        ra = self._attr_in(rfiles, r.common[1], r.pos)
+        if (la.type == "string") != (ra.type == "string"):
+            raise SemanticError(f"{_where(r.pos)}COMMON ({la.name}, {ra.name}) compares "
+                                f"{la.type} with {ra.type}")
+        # The join attributes travel as one extra, hidden column on each side.
+        litems.append(pb.TargetItem(attr=la.name))
+        ritems.append(pb.TargetItem(attr=ra.name))
+        prefix = rfiles[0].name if len(rfiles) == 1 else "RIGHT"
+        columns = lnames + [f"{prefix}.{n}" if n in lnames else n for n in rnames]
+        req = pb.Request(op=pb.RETRIEVE_COMMON,
+                         retrieval=pb.Retrieval(query=lq, targets=litems),
+                         right=pb.Retrieval(query=rq, targets=ritems))
+        return Prepared("RETRIEVE_COMMON", req, columns=columns, common=(la.name, ra.name),
+                        left_width=len(lnames))
+
+    def _modifier(self, m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
+        if m.attr == "FILE":
+            raise SemanticError(f"{_where(m.pos)}FILE cannot be updated")
+        out = pb.Modifier(attr=m.attr)
+        for f in files:
+            target = f.by_name.get(m.attr)
+            if target is None:
+                raise SemanticError(f"{_where(m.pos)}unknown attribute {m.attr} in file "
+                                    f"{f.name}")
+            source_name = m.source
+            if m.bare_word and isinstance(m.value, str) and m.value.upper() in f.by_name:
+                source_name = m.value.upper()       # <A = B>: copy attribute B
+            if source_name is None:
+                to_pb(check_value(target, m.value, m.pos, f.name), out.value)
+                continue
+            source = f.by_name.get(source_name)
+            if source is None:
+                raise SemanticError(f"{_where(m.pos)}unknown attribute {source_name} in file "
+                                    f"{f.name}")
+            out.source = source_name
+            if m.arith is None:
+                if source.type != target.type and not (
+                        target.type == "float" and source.type == "integer"):
+                    raise SemanticError(f"{_where(m.pos)}type mismatch: cannot copy "
+                                        f"{source.type} {source_name} into {target.type} "
+                                        f"{m.attr}")
+                continue
+            if "string" in (source.type, target.type):
+                raise SemanticError(f"{_where(m.pos)}arithmetic on string attribute "
+                                    f"{source_name if source.type == 'string' else m.attr}")
+            value = m.value
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise SemanticError(f"{_where(m.pos)}arithmetic needs a number, got "
+                                    f"{_describe(value)}")
+            if m.arith == "/" and value == 0:
+                raise SemanticError(f"{_where(m.pos)}division by zero")
+            if target.type == "integer" and (source.type == "float" or isinstance(value, float)):
+                raise SemanticError(f"{_where(m.pos)}type mismatch: {m.attr} is integer but "
+                                    f"{source_name} {m.arith} {value!r} is a float")
+            out.arith = m.arith
+            to_pb(value, out.value)
+        return out

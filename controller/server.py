@@ -1,0 +1,106 @@
+"""The controller process: thin gRPC servicers (Controller, Iig, health) over a Coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from controller.abdl import AbdlSyntaxError
+from controller.coordinator import Coordinator
+from mbds.errors import MbdsError
+from mbds.proto import mbds_pb2 as pb
+from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.values import from_pb
+
+log = logging.getLogger("mbds.controller")
+
+
+async def _fail(context, e: Exception) -> None:  # noqa: ANN001
+    if isinstance(e, AbdlSyntaxError):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"syntax error: {e}")
+    if isinstance(e, MbdsError):
+        await context.abort(e.code, str(e))
+    log.exception("internal error")
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e!r}")
+
+
+class ControllerServicer(rpc.ControllerServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.c = coordinator
+
+    async def Execute(self, request: pb.ExecuteRequest, context):  # noqa: ANN001, ANN201
+        try:
+            async for reply in self.c.execute(request.text, request.timeout_s or None):
+                yield reply
+        except (MbdsError, AbdlSyntaxError) as e:
+            await _fail(context, e)
+
+    async def Load(self, request_iterator, context):  # noqa: ANN001, ANN201
+        try:
+            async for chunk in request_iterator:
+                async for reply in self.c.load(chunk):
+                    yield reply
+        except (MbdsError, AbdlSyntaxError) as e:
+            await _fail(context, e)
+
+    async def Define(self, request: pb.DefineRequest, context) -> pb.DefineReply:  # noqa: ANN001
+        try:
+            created, unchanged = await self.c.define(request.yaml)
+        except MbdsError as e:
+            await _fail(context, e)
+        return pb.DefineReply(files_created=created, files_unchanged=unchanged)
+
+    async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:  # noqa: ANN001
+        return await self.c.status()
+
+
+class IigServicer(rpc.IigServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.c = coordinator
+
+    async def Place(self, request: pb.PlaceRequest, context) -> pb.PlaceReply:  # noqa: ANN001
+        try:
+            return await self.c.place(request.file,
+                                      [from_pb(v) for v in request.directory_values])
+        except MbdsError as e:
+            await _fail(context, e)
+            raise
+
+
+async def serve(*, listen: str, backends: list[str], advertise: str = "",
+                internal_timing: bool = True, timeout: float = 60.0,
+                connect_timeout: float = 30.0, grace: float = 5.0,
+                ready: asyncio.Event | None = None) -> None:
+    """Run the controller until SIGTERM/SIGINT."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+    port = server.add_insecure_port(listen)
+    host = listen.rsplit(":", 1)[0]
+    iig_address = advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{port}"
+    coordinator = Coordinator(backends, iig_address=iig_address,
+                              internal_timing=internal_timing, timeout=timeout,
+                              connect_timeout=connect_timeout)
+    rpc.add_ControllerServicer_to_server(ControllerServicer(coordinator), server)
+    rpc.add_IigServicer_to_server(IigServicer(coordinator), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.start()
+    await coordinator.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    print(f"controller listening on {host}:{port} with {len(backends)} backends", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(grace)
+    await coordinator.close()

@@ -1,0 +1,3 @@
+from mbds.cli import main
+
+main()

@@ -1,0 +1,152 @@
+"""A local cluster of real processes on loopback: N backends and one controller.
+
+Used by `mbds up` (the embedded default, no Docker) and by the end-to-end
+tests, which drive the same code path a user does: separate processes
+talking gRPC, each backend with its own SQLite file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+LISTENING = re.compile(r"listening on (\S+)")
+
+
+class ProcessFailed(RuntimeError):
+    pass
+
+
+class Proc:
+    """One child process whose output is kept (the tail is shown if it fails)."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.args = args
+        self.tail: deque[str] = deque(maxlen=200)
+        self.address: str | None = None
+        self._ready = threading.Event()
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "mbds", *args], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self.tail.append(line.rstrip())
+            m = LISTENING.search(line)
+            if m and self.address is None:
+                self.address = m.group(1)
+                self._ready.set()
+        self._ready.set()
+
+    def wait_ready(self, timeout: float) -> str:
+        if not self._ready.wait(timeout) or self.address is None:
+            raise ProcessFailed(f"{self.name} did not start within {timeout:g}s:\n"
+                                + "\n".join(self.tail))
+        return self.address
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        self.signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return self.popen.wait()
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.popen.wait()
+
+
+class LocalCluster:
+    """`backends` processes (data in data_dir/bK) plus a controller on `port`."""
+
+    def __init__(self, data_dir: Path, backends: int, *, port: int = 0,
+                 internal_timing: bool = True, synchronous: str = "NORMAL",
+                 metrics_port: int | None = None, timeout: float = 60.0) -> None:
+        self.data_dir = Path(data_dir)
+        self.n = backends
+        self.port = port
+        self.internal_timing = internal_timing
+        self.synchronous = synchronous
+        self.metrics_port = metrics_port
+        self.timeout = timeout
+        self.backends: list[Proc] = []
+        self.controller: Proc | None = None
+        self.address = ""
+
+    def check_data_dir(self) -> None:
+        existing = sorted(p.name for p in self.data_dir.glob("b*") if (p / "backend.db").exists())
+        extra = [name for name in existing if int(name[1:]) >= self.n]
+        if extra:
+            raise ProcessFailed(
+                f"{self.data_dir} holds data of {len(existing)} backends ({', '.join(existing)});"
+                f" start with --backends {len(existing)} or use another --data-dir, "
+                "or their records would be missing")
+
+    def start_backend(self, i: int, port: int = 0) -> Proc:
+        args = ["backend", "--listen", f"127.0.0.1:{port}", "--data-dir",
+                str(self.data_dir / f"b{i}"), "--synchronous", self.synchronous]
+        if self.metrics_port is not None:
+            args += ["--metrics-port", str(self.metrics_port + 1 + i)]
+        proc = Proc(f"backend b{i}", args)
+        proc.wait_ready(30)
+        return proc
+
+    def start(self) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.check_data_dir()
+        try:
+            self.backends = [self.start_backend(i) for i in range(self.n)]
+            self.start_controller()
+        except Exception:
+            self.stop()
+            raise
+        return self.address
+
+    def start_controller(self) -> None:
+        args = ["controller", "--listen", f"127.0.0.1:{self.port}", "--backends",
+                ",".join(p.address or "" for p in self.backends),
+                "--internal-timing", "on" if self.internal_timing else "off",
+                "--timeout", str(self.timeout)]
+        if self.metrics_port is not None:
+            args += ["--metrics-port", str(self.metrics_port)]
+        self.controller = Proc("controller", args)
+        self.address = self.controller.wait_ready(60)
+
+    def restart_backend(self, i: int) -> None:
+        """Start backend i again on its old port (its data directory is kept)."""
+        old = self.backends[i].address or ""
+        port = int(old.rsplit(":", 1)[1])
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.backends[i] = self.start_backend(i, port)
+                return
+            except ProcessFailed:
+                if time.monotonic() > deadline:   # the port may linger briefly
+                    raise
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()
+        for p in self.backends:
+            p.stop()
+
+    def logs(self) -> str:
+        procs = ([self.controller] if self.controller else []) + self.backends
+        return "\n".join(f"--- {p.name}\n" + "\n".join(p.tail) for p in procs)

@@ -1,0 +1,224 @@
+"""The directory: AT, DDIT and CDT (SPEC §2), identical on the controller and every backend.
+
+- AT   (attribute table): `(file, attribute) -> AttrIndex`, the attribute's descriptors;
+- DDIT (descriptor-to-descriptor-id table): `descriptors`, id -> Descriptor;
+- CDT  (cluster-definition table): `clusters`, cluster id -> the descriptor-id set.
+  The addresses of a cluster's records are per backend (the backend's record
+  table is indexed by cluster id), so they are not kept here.
+
+Ids are only ever allocated by IIG on the controller and shipped as a
+`DirectoryUpdate`; `apply` is idempotent so a backend can be sent an update
+twice (for example after a restart) without harm.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from dataclasses import dataclass
+
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import Attribute, FileSchema
+from mbds.values import Value, from_pb, to_pb
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptor:
+    id: int
+    file: str
+    attr: str
+    kind: str                  # A (range), B (value), C (sub-descriptor of a value), N (none)
+    low: Value = None
+    high: Value = None
+    value: Value = None
+
+    def to_pb(self) -> pb.Descriptor:
+        d = pb.Descriptor(id=self.id, file=self.file, attr=self.attr, kind=self.kind)
+        to_pb(self.low, d.low)
+        to_pb(self.high, d.high)
+        to_pb(self.value, d.value)
+        return d
+
+    @staticmethod
+    def from_pb(d: pb.Descriptor) -> Descriptor:
+        return Descriptor(d.id, d.file, d.attr, d.kind, from_pb(d.low), from_pb(d.high),
+                          from_pb(d.value))
+
+
+_OPS = {
+    "=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+}
+RELOP_NAMES = ["=", "!=", "<", "<=", ">", ">="]   # indexed by pb.Relop
+
+
+class AttrIndex:
+    """One directory attribute's descriptors: the AT row for (file, attribute)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.none_id: int | None = None
+        self.lows: list[Value] = []        # type A, sorted; parallel to highs and range_ids
+        self.highs: list[Value] = []
+        self.range_ids: list[int] = []
+        self.eq: dict[Value, int] = {}     # type B and C (and FILE)
+
+    def add(self, d: Descriptor) -> None:
+        if d.kind == "N":
+            self.none_id = d.id
+        elif d.kind == "A":
+            i = bisect.bisect_left(self.lows, d.low)  # type: ignore[arg-type]
+            self.lows.insert(i, d.low)
+            self.highs.insert(i, d.high)
+            self.range_ids.insert(i, d.id)
+        else:
+            self.eq[d.value] = d.id
+
+    def find(self, value: Value) -> int | None:
+        """The descriptor a record value falls in; None when a new type-C value needs one."""
+        if value is None:
+            return self.none_id
+        if self.kind == "A":
+            i = bisect.bisect_right(self.lows, value) - 1  # type: ignore[arg-type]
+            if i >= 0 and value <= self.highs[i]:  # type: ignore[operator]
+                return self.range_ids[i]
+            return self.none_id
+        hit = self.eq.get(value)
+        if hit is not None or self.kind == "C":
+            return hit
+        return self.none_id
+
+    def search(self, op: str, value: Value) -> set[int]:
+        """Descriptor search: every descriptor that may hold a value satisfying `op value`.
+
+        The no-descriptor class is included whenever a value outside every
+        descriptor could satisfy the predicate; type C has none for non-null values.
+        """
+        if op == "=":
+            hit = self.find(value)
+            return set() if hit is None else {hit}
+        test = _OPS[op]
+        found: set[int] = set()
+        if self.kind == "A":
+            for low, high, did in zip(self.lows, self.highs, self.range_ids, strict=True):
+                if op == "!=" or (op in ("<", "<=") and test(low, value)) or (
+                        op in (">", ">=") and test(high, value)):
+                    found.add(did)
+        else:
+            found = {did for v, did in self.eq.items() if test(v, value)}
+        if self.none_id is not None and self.kind != "C":
+            found.add(self.none_id)
+        return found
+
+
+def file_schema_from_pb(f: pb.FileDef) -> FileSchema:
+    return FileSchema(f.name, [Attribute(a.name, a.type, a.directory) for a in f.attributes])
+
+
+def file_schema_to_pb(f: FileSchema) -> pb.FileDef:
+    return pb.FileDef(name=f.name, attributes=[
+        pb.AttributeDef(name=a.name, type=a.type, directory=a.directory) for a in f.attributes])
+
+
+class Directory:
+    """AT + DDIT + CDT in memory. Not thread-safe: mutate on one event loop only."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, FileSchema] = {}
+        self.descriptors: dict[int, Descriptor] = {}
+        self.at: dict[tuple[str, str], AttrIndex] = {}
+        self.clusters: dict[int, tuple[str, tuple[int, ...]]] = {}
+        self.cluster_ids: dict[tuple[str, tuple[int, ...]], int] = {}
+        self.file_clusters: dict[str, set[int]] = {}
+        self.by_did: dict[int, set[int]] = {}
+
+    # ------------------------------------------------------------ updates --
+    def apply(self, update: pb.DirectoryUpdate) -> pb.DirectoryUpdate:
+        """Apply an update; return only the parts that were new here (to persist)."""
+        new = pb.DirectoryUpdate()
+        for f in update.files:
+            if f.name not in self.files:
+                self.files[f.name] = file_schema_from_pb(f)
+                self.file_clusters.setdefault(f.name, set())
+                for attr in self.files[f.name].directory_attributes:
+                    kind = "B" if attr == "FILE" else self.files[f.name].by_name[attr].directory
+                    self.at[(f.name, attr)] = AttrIndex(kind)
+                new.files.append(f)
+        for d in update.descriptors:
+            if d.id not in self.descriptors:
+                desc = Descriptor.from_pb(d)
+                self.descriptors[d.id] = desc
+                self.at[(desc.file, desc.attr)].add(desc)
+                new.descriptors.append(d)
+        for c in update.clusters:
+            if c.id not in self.clusters:
+                dids = tuple(c.descriptor_ids)
+                self.clusters[c.id] = (c.file, dids)
+                self.cluster_ids[(c.file, dids)] = c.id
+                self.file_clusters[c.file].add(c.id)
+                for did in dids:
+                    self.by_did.setdefault(did, set()).add(c.id)
+                new.clusters.append(c)
+        return new
+
+    def to_update(self) -> pb.DirectoryUpdate:
+        """The whole directory as one update (for a backend that missed some)."""
+        return pb.DirectoryUpdate(
+            files=[file_schema_to_pb(f) for f in self.files.values()],
+            descriptors=[self.descriptors[i].to_pb() for i in sorted(self.descriptors)],
+            clusters=[pb.Cluster(id=cid, file=f, descriptor_ids=dids)
+                      for cid, (f, dids) in sorted(self.clusters.items())])
+
+    def digest(self) -> str:
+        """A fingerprint that is equal on two backends exactly when their directories are."""
+        canon = {
+            "files": {n: [(a.name, a.type, a.directory) for a in f.attributes]
+                      for n, f in sorted(self.files.items())},
+            "descriptors": [(d.id, d.file, d.attr, d.kind, d.low, d.high, d.value)
+                            for _, d in sorted(self.descriptors.items())],
+            "clusters": sorted((cid, f, list(dids)) for cid, (f, dids) in self.clusters.items()),
+        }
+        return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def max_descriptor_id(self) -> int:
+        return max(self.descriptors, default=0)
+
+    @property
+    def max_cluster_id(self) -> int:
+        return max(self.clusters, default=0)
+
+    # ------------------------------------------------------------ lookups --
+    def descriptor_key(self, file: str, directory_values: list[Value]) -> list[int | None]:
+        """Each directory attribute's descriptor for a record (None: new type-C value)."""
+        schema = self.files[file]
+        return [self.at[(file, attr)].find(v)
+                for attr, v in zip(schema.directory_attributes, directory_values, strict=True)]
+
+    def descriptor_search(self, files: list[str], attr: str, op: str,
+                          value: Value) -> set[int] | None:
+        """Descriptor ids that may satisfy one predicate; None if `attr` addresses nothing."""
+        found: set[int] | None = None
+        for f in files:
+            idx = self.at.get((f, attr))
+            if idx is not None:
+                found = (found or set()) | idx.search(op, value)
+        return found
+
+    def cluster_search(self, file: str, allowed: dict[str, set[int]]) -> set[int]:
+        """Clusters of `file` whose descriptor for each restricted attribute is allowed."""
+        clusters = self.file_clusters.get(file, set())
+        if not allowed:
+            return set(clusters)
+        positions = {a: i for i, a in enumerate(self.files[file].directory_attributes)}
+        # Start from the most selective attribute's descriptors, then filter on the rest.
+        order = sorted(allowed.items(), key=lambda kv: len(kv[1]))
+        first_attr, first_dids = order[0]
+        candidates: set[int] = set()
+        for did in first_dids:
+            candidates |= self.by_did.get(did, set())
+        candidates &= clusters
+        rest = [(positions[a], dids) for a, dids in order[1:]]
+        return {cid for cid in candidates
+                if all(self.clusters[cid][1][pos] in dids for pos, dids in rest)}

@@ -1,0 +1,484 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Relop(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EQ: _ClassVar[Relop]
+    NE: _ClassVar[Relop]
+    LT: _ClassVar[Relop]
+    LE: _ClassVar[Relop]
+    GT: _ClassVar[Relop]
+    GE: _ClassVar[Relop]
+
+class Op(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RETRIEVE: _ClassVar[Op]
+    INSERT: _ClassVar[Op]
+    DELETE: _ClassVar[Op]
+    UPDATE: _ClassVar[Op]
+    RETRIEVE_COMMON: _ClassVar[Op]
+EQ: Relop
+NE: Relop
+LT: Relop
+LE: Relop
+GT: Relop
+GE: Relop
+RETRIEVE: Op
+INSERT: Op
+DELETE: Op
+UPDATE: Op
+RETRIEVE_COMMON: Op
+
+class Value(_message.Message):
+    __slots__ = ("i", "f", "s")
+    I_FIELD_NUMBER: _ClassVar[int]
+    F_FIELD_NUMBER: _ClassVar[int]
+    S_FIELD_NUMBER: _ClassVar[int]
+    i: int
+    f: float
+    s: str
+    def __init__(self, i: _Optional[int] = ..., f: _Optional[float] = ..., s: _Optional[str] = ...) -> None: ...
+
+class ExecuteRequest(_message.Message):
+    __slots__ = ("text", "timeout_s")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    timeout_s: float
+    def __init__(self, text: _Optional[str] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class LoadRequest(_message.Message):
+    __slots__ = ("file", "attributes", "records")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    attributes: _containers.RepeatedScalarFieldContainer[str]
+    records: _containers.RepeatedCompositeFieldContainer[Row]
+    def __init__(self, file: _Optional[str] = ..., attributes: _Optional[_Iterable[str]] = ..., records: _Optional[_Iterable[_Union[Row, _Mapping]]] = ...) -> None: ...
+
+class Row(_message.Message):
+    __slots__ = ("values", "body")
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    body: str
+    def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., body: _Optional[str] = ...) -> None: ...
+
+class ReplyHeader(_message.Message):
+    __slots__ = ("op", "columns")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, op: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RowBatch(_message.Message):
+    __slots__ = ("rows_json", "count", "side")
+    ROWS_JSON_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    SIDE_FIELD_NUMBER: _ClassVar[int]
+    rows_json: bytes
+    count: int
+    side: int
+    def __init__(self, rows_json: _Optional[bytes] = ..., count: _Optional[int] = ..., side: _Optional[int] = ...) -> None: ...
+
+class BackendStats(_message.Message):
+    __slots__ = ("backend", "records", "elapsed_ms")
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    records: int
+    elapsed_ms: float
+    def __init__(self, backend: _Optional[str] = ..., records: _Optional[int] = ..., elapsed_ms: _Optional[float] = ...) -> None: ...
+
+class RequestStats(_message.Message):
+    __slots__ = ("clusters_examined", "records_retrieved", "backends")
+    CLUSTERS_EXAMINED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_RETRIEVED_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    clusters_examined: int
+    records_retrieved: int
+    backends: _containers.RepeatedCompositeFieldContainer[BackendStats]
+    def __init__(self, clusters_examined: _Optional[int] = ..., records_retrieved: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStats, _Mapping]]] = ...) -> None: ...
+
+class RequestDone(_message.Message):
+    __slots__ = ("stats", "elapsed_ms")
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    stats: RequestStats
+    elapsed_ms: float
+    def __init__(self, stats: _Optional[_Union[RequestStats, _Mapping]] = ..., elapsed_ms: _Optional[float] = ...) -> None: ...
+
+class ExecuteReply(_message.Message):
+    __slots__ = ("request_index", "header", "rows", "done")
+    REQUEST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    request_index: int
+    header: ReplyHeader
+    rows: RowBatch
+    done: RequestDone
+    def __init__(self, request_index: _Optional[int] = ..., header: _Optional[_Union[ReplyHeader, _Mapping]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ...) -> None: ...
+
+class DefineRequest(_message.Message):
+    __slots__ = ("yaml",)
+    YAML_FIELD_NUMBER: _ClassVar[int]
+    yaml: str
+    def __init__(self, yaml: _Optional[str] = ...) -> None: ...
+
+class DefineReply(_message.Message):
+    __slots__ = ("files_created", "files_unchanged")
+    FILES_CREATED_FIELD_NUMBER: _ClassVar[int]
+    FILES_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    files_created: _containers.RepeatedScalarFieldContainer[str]
+    files_unchanged: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, files_created: _Optional[_Iterable[str]] = ..., files_unchanged: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BackendStatus(_message.Message):
+    __slots__ = ("name", "address", "reachable", "error", "records")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    reachable: bool
+    error: str
+    records: int
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., records: _Optional[int] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("expected_backends", "backends", "files", "directory_digest")
+    EXPECTED_BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    expected_backends: int
+    backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
+    files: _containers.RepeatedScalarFieldContainer[str]
+    directory_digest: str
+    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ...) -> None: ...
+
+class Predicate(_message.Message):
+    __slots__ = ("attr", "op", "value")
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    attr: str
+    op: Relop
+    value: Value
+    def __init__(self, attr: _Optional[str] = ..., op: _Optional[_Union[Relop, str]] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+
+class Conjunction(_message.Message):
+    __slots__ = ("predicates", "files")
+    PREDICATES_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    predicates: _containers.RepeatedCompositeFieldContainer[Predicate]
+    files: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, predicates: _Optional[_Iterable[_Union[Predicate, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Query(_message.Message):
+    __slots__ = ("conjunctions",)
+    CONJUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    conjunctions: _containers.RepeatedCompositeFieldContainer[Conjunction]
+    def __init__(self, conjunctions: _Optional[_Iterable[_Union[Conjunction, _Mapping]]] = ...) -> None: ...
+
+class TargetItem(_message.Message):
+    __slots__ = ("attr", "agg")
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    AGG_FIELD_NUMBER: _ClassVar[int]
+    attr: str
+    agg: str
+    def __init__(self, attr: _Optional[str] = ..., agg: _Optional[str] = ...) -> None: ...
+
+class Modifier(_message.Message):
+    __slots__ = ("attr", "source", "arith", "value")
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ARITH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    attr: str
+    source: str
+    arith: str
+    value: Value
+    def __init__(self, attr: _Optional[str] = ..., source: _Optional[str] = ..., arith: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+
+class PlacedRecord(_message.Message):
+    __slots__ = ("cluster_id", "values", "body")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: int
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    body: str
+    def __init__(self, cluster_id: _Optional[int] = ..., values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., body: _Optional[str] = ...) -> None: ...
+
+class Retrieval(_message.Message):
+    __slots__ = ("query", "targets", "by")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    query: Query
+    targets: _containers.RepeatedCompositeFieldContainer[TargetItem]
+    by: str
+    def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., targets: _Optional[_Iterable[_Union[TargetItem, _Mapping]]] = ..., by: _Optional[str] = ...) -> None: ...
+
+class Request(_message.Message):
+    __slots__ = ("op", "file", "retrieval", "right", "modifier", "records", "record_count", "moves_records", "predicate_base")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVAL_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_FIELD_NUMBER: _ClassVar[int]
+    MODIFIER_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MOVES_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PREDICATE_BASE_FIELD_NUMBER: _ClassVar[int]
+    op: Op
+    file: str
+    retrieval: Retrieval
+    right: Retrieval
+    modifier: Modifier
+    records: _containers.RepeatedCompositeFieldContainer[PlacedRecord]
+    record_count: int
+    moves_records: bool
+    predicate_base: int
+    def __init__(self, op: _Optional[_Union[Op, str]] = ..., file: _Optional[str] = ..., retrieval: _Optional[_Union[Retrieval, _Mapping]] = ..., right: _Optional[_Union[Retrieval, _Mapping]] = ..., modifier: _Optional[_Union[Modifier, _Mapping]] = ..., records: _Optional[_Iterable[_Union[PlacedRecord, _Mapping]]] = ..., record_count: _Optional[int] = ..., moves_records: _Optional[bool] = ..., predicate_base: _Optional[int] = ...) -> None: ...
+
+class AttributeDef(_message.Message):
+    __slots__ = ("name", "type", "directory")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    directory: str
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., directory: _Optional[str] = ...) -> None: ...
+
+class FileDef(_message.Message):
+    __slots__ = ("name", "attributes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    attributes: _containers.RepeatedCompositeFieldContainer[AttributeDef]
+    def __init__(self, name: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[AttributeDef, _Mapping]]] = ...) -> None: ...
+
+class Descriptor(_message.Message):
+    __slots__ = ("id", "file", "attr", "kind", "low", "high", "value")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    file: str
+    attr: str
+    kind: str
+    low: Value
+    high: Value
+    value: Value
+    def __init__(self, id: _Optional[int] = ..., file: _Optional[str] = ..., attr: _Optional[str] = ..., kind: _Optional[str] = ..., low: _Optional[_Union[Value, _Mapping]] = ..., high: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+
+class Cluster(_message.Message):
+    __slots__ = ("id", "file", "descriptor_ids")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTOR_IDS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    file: str
+    descriptor_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[int] = ..., file: _Optional[str] = ..., descriptor_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DirectoryUpdate(_message.Message):
+    __slots__ = ("files", "descriptors", "clusters")
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTORS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[FileDef]
+    descriptors: _containers.RepeatedCompositeFieldContainer[Descriptor]
+    clusters: _containers.RepeatedCompositeFieldContainer[Cluster]
+    def __init__(self, files: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ...) -> None: ...
+
+class BusHello(_message.Message):
+    __slots__ = ("epoch", "backend_index", "peers", "internal_timing", "iig_address")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    INTERNAL_TIMING_FIELD_NUMBER: _ClassVar[int]
+    IIG_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    epoch: str
+    backend_index: int
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    internal_timing: bool
+    iig_address: str
+    def __init__(self, epoch: _Optional[str] = ..., backend_index: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ..., internal_timing: _Optional[bool] = ..., iig_address: _Optional[str] = ...) -> None: ...
+
+class TrafficUnit(_message.Message):
+    __slots__ = ("seq", "requests", "directory", "transaction", "predicate_count")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    PREDICATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    requests: _containers.RepeatedCompositeFieldContainer[Request]
+    directory: DirectoryUpdate
+    transaction: bool
+    predicate_count: int
+    def __init__(self, seq: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., transaction: _Optional[bool] = ..., predicate_count: _Optional[int] = ...) -> None: ...
+
+class Abort(_message.Message):
+    __slots__ = ("seq", "reason")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    reason: str
+    def __init__(self, seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class BusMessage(_message.Message):
+    __slots__ = ("hello", "traffic_unit", "abort")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_UNIT_FIELD_NUMBER: _ClassVar[int]
+    ABORT_FIELD_NUMBER: _ClassVar[int]
+    hello: BusHello
+    traffic_unit: TrafficUnit
+    abort: Abort
+    def __init__(self, hello: _Optional[_Union[BusHello, _Mapping]] = ..., traffic_unit: _Optional[_Union[TrafficUnit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ...) -> None: ...
+
+class BusAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ResultsRequest(_message.Message):
+    __slots__ = ("epoch", "seq")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    epoch: str
+    seq: int
+    def __init__(self, epoch: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class PartialGroup(_message.Message):
+    __slots__ = ("key", "sums", "counts", "mins", "maxs")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SUMS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    MINS_FIELD_NUMBER: _ClassVar[int]
+    MAXS_FIELD_NUMBER: _ClassVar[int]
+    key: Value
+    sums: _containers.RepeatedCompositeFieldContainer[Value]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    mins: _containers.RepeatedCompositeFieldContainer[Value]
+    maxs: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., sums: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., counts: _Optional[_Iterable[int]] = ..., mins: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., maxs: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+
+class BackendReply(_message.Message):
+    __slots__ = ("seq", "request_index", "rows", "group", "done", "error", "committed")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    request_index: int
+    rows: RowBatch
+    group: PartialGroup
+    done: RequestDone
+    error: str
+    committed: bool
+    def __init__(self, seq: _Optional[int] = ..., request_index: _Optional[int] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., group: _Optional[_Union[PartialGroup, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., error: _Optional[str] = ..., committed: _Optional[bool] = ...) -> None: ...
+
+class HelloRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HelloReply(_message.Message):
+    __slots__ = ("name", "directory_digest")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    directory_digest: str
+    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ...) -> None: ...
+
+class DirectoryRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterCount(_message.Message):
+    __slots__ = ("cluster_id", "records")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: int
+    records: int
+    def __init__(self, cluster_id: _Optional[int] = ..., records: _Optional[int] = ...) -> None: ...
+
+class DirectoryReply(_message.Message):
+    __slots__ = ("name", "directory", "counts", "directory_digest")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    directory: DirectoryUpdate
+    counts: _containers.RepeatedCompositeFieldContainer[ClusterCount]
+    directory_digest: str
+    def __init__(self, name: _Optional[str] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., counts: _Optional[_Iterable[_Union[ClusterCount, _Mapping]]] = ..., directory_digest: _Optional[str] = ...) -> None: ...
+
+class PlaceRequest(_message.Message):
+    __slots__ = ("file", "directory_values")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_VALUES_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    directory_values: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, file: _Optional[str] = ..., directory_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+
+class PlaceReply(_message.Message):
+    __slots__ = ("cluster_id", "directory")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: int
+    directory: DirectoryUpdate
+    def __init__(self, cluster_id: _Optional[int] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ...) -> None: ...
+
+class PredicateDescriptors(_message.Message):
+    __slots__ = ("predicate_index", "descriptor_ids", "unrestricted")
+    PREDICATE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTOR_IDS_FIELD_NUMBER: _ClassVar[int]
+    UNRESTRICTED_FIELD_NUMBER: _ClassVar[int]
+    predicate_index: int
+    descriptor_ids: _containers.RepeatedScalarFieldContainer[int]
+    unrestricted: bool
+    def __init__(self, predicate_index: _Optional[int] = ..., descriptor_ids: _Optional[_Iterable[int]] = ..., unrestricted: _Optional[bool] = ...) -> None: ...
+
+class DescriptorIds(_message.Message):
+    __slots__ = ("epoch", "seq", "from_index", "results")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    FROM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    epoch: str
+    seq: int
+    from_index: int
+    results: _containers.RepeatedCompositeFieldContainer[PredicateDescriptors]
+    def __init__(self, epoch: _Optional[str] = ..., seq: _Optional[int] = ..., from_index: _Optional[int] = ..., results: _Optional[_Iterable[_Union[PredicateDescriptors, _Mapping]]] = ...) -> None: ...
+
+class PeerAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

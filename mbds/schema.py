@@ -1,0 +1,159 @@
+"""Database definitions: files, their templates and directory attributes (SPEC §2).
+
+A definition arrives as YAML (`mbds define FILE.yaml`) and travels to the
+backends as `FileDef` plus the descriptors IIG allocates for it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from mbds.errors import DefinitionError
+
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TYPES = ("integer", "float", "string")
+# FILE is every record's first keyword; BODY is the record body's result key.
+RESERVED = {"FILE", "BODY", "ALL", "AND", "OR", "BY", "COMMON", "INSERT", "DELETE", "UPDATE",
+            "RETRIEVE", "AVG", "COUNT", "SUM", "MIN", "MAX"}
+
+Value = int | float | str
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    type: str                      # integer | float | string
+    directory: str = ""            # "" | A | B | C
+
+    def accepts(self, value: object) -> bool:
+        """Whether a keyword value fits this attribute's type (ints widen to float)."""
+        if self.type == "string":
+            return isinstance(value, str)
+        if self.type == "integer":
+            return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class DescriptorSpec:
+    """A type-A range or type-B value given in the definition (type C has none)."""
+    kind: str                      # A | B
+    low: Value | None = None
+    high: Value | None = None
+    value: Value | None = None
+
+
+@dataclass
+class FileSchema:
+    name: str
+    attributes: list[Attribute]
+    descriptor_specs: dict[str, list[DescriptorSpec]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_name = {a.name: a for a in self.attributes}
+        self.index = {a.name: i for i, a in enumerate(self.attributes)}
+        # Cluster keys list one descriptor per directory attribute; FILE comes first.
+        self.directory_attributes = ["FILE"] + [a.name for a in self.attributes if a.directory]
+
+    def attribute(self, name: str) -> Attribute | None:
+        if name == "FILE":
+            return Attribute("FILE", "string", "B")
+        return self.by_name.get(name)
+
+
+def _ident(name: object, what: str) -> str:
+    if not isinstance(name, str) or not IDENT.match(name):
+        raise DefinitionError(f"{what} {name!r} is not an identifier (letters, digits, _)")
+    upper = name.upper()
+    if upper in RESERVED:
+        raise DefinitionError(f"{what} {upper} is a reserved word")
+    return upper
+
+
+def _typed(value: object, attr: Attribute, where: str) -> Value:
+    if not attr.accepts(value):
+        raise DefinitionError(f"{where}: {value!r} is not a {attr.type} value for {attr.name}")
+    return float(value) if attr.type == "float" else value  # type: ignore[return-value,arg-type]
+
+
+def _directory(attr: Attribute, spec: dict[str, Any], where: str) -> list[DescriptorSpec]:
+    kind = attr.directory
+    if kind == "A":
+        ranges = spec.get("ranges")
+        if not isinstance(ranges, list) or not ranges:
+            raise DefinitionError(f"{where}: type A needs a non-empty 'ranges' list of [low, high]")
+        out = []
+        for r in ranges:
+            if not isinstance(r, list | tuple) or len(r) != 2:
+                raise DefinitionError(f"{where}: range {r!r} is not [low, high]")
+            low, high = _typed(r[0], attr, where), _typed(r[1], attr, where)
+            if low > high:  # type: ignore[operator]
+                raise DefinitionError(f"{where}: range [{low}, {high}] has low > high")
+            out.append(DescriptorSpec("A", low=low, high=high))
+        out.sort(key=lambda d: d.low)  # type: ignore[arg-type,return-value]
+        for a, b in zip(out, out[1:], strict=False):
+            if b.low <= a.high:  # type: ignore[operator]
+                raise DefinitionError(
+                    f"{where}: ranges [{a.low}, {a.high}] and [{b.low}, {b.high}] overlap")
+        return out
+    if kind == "B":
+        values = spec.get("values")
+        if not isinstance(values, list) or not values:
+            raise DefinitionError(f"{where}: type B needs a non-empty 'values' list")
+        typed = [_typed(v, attr, where) for v in values]
+        if len(set(typed)) != len(typed):
+            raise DefinitionError(f"{where}: type B values repeat")
+        return [DescriptorSpec("B", value=v) for v in typed]
+    return []  # type C: sub-descriptors are created as values appear
+
+
+def parse_definition(text: str) -> list[FileSchema]:
+    """Parse the YAML database definition. Raises DefinitionError naming what is wrong."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise DefinitionError(f"definition is not valid YAML: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict) or not doc["files"]:
+        raise DefinitionError("definition must have a non-empty 'files' mapping")
+    files = []
+    for raw_name, body in doc["files"].items():
+        name = _ident(raw_name, "file name")
+        if not isinstance(body, dict) or not isinstance(body.get("attributes"), dict):
+            raise DefinitionError(f"file {name}: needs an 'attributes' mapping")
+        directory = body.get("directory") or {}
+        if not isinstance(directory, dict):
+            raise DefinitionError(f"file {name}: 'directory' must be a mapping")
+        dir_specs = {_ident(k, f"file {name}: directory attribute"): v
+                     for k, v in directory.items()}
+        attrs: list[Attribute] = []
+        for raw_attr, typ in body["attributes"].items():
+            attr_name = _ident(raw_attr, f"file {name}: attribute")
+            if typ not in TYPES:
+                raise DefinitionError(
+                    f"file {name}: attribute {attr_name} has type {typ!r}; "
+                    f"expected one of {', '.join(TYPES)}")
+            kind = ""
+            if attr_name in dir_specs:
+                spec = dir_specs[attr_name]
+                kind = str((spec or {}).get("type", "")).upper() if isinstance(spec, dict) else ""
+                if kind not in ("A", "B", "C"):
+                    raise DefinitionError(
+                        f"file {name}: directory attribute {attr_name} needs type A, B or C")
+            attrs.append(Attribute(attr_name, typ, kind))
+        if len({a.name for a in attrs}) != len(attrs):
+            raise DefinitionError(f"file {name}: attribute names repeat (case-insensitively)")
+        known = {a.name for a in attrs}
+        for d in dir_specs:
+            if d not in known:
+                raise DefinitionError(f"file {name}: directory attribute {d} is not an attribute")
+        schema = FileSchema(name, attrs)
+        for a in attrs:
+            if a.directory:
+                schema.descriptor_specs[a.name] = _directory(
+                    a, dir_specs[a.name], f"file {name}, directory attribute {a.name}")
+        files.append(schema)
+    return files

@@ -1,0 +1,26 @@
+"""Readable tables for results (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from mbds.client import Result
+
+console = Console()
+
+
+def render_result(r: Result, *, max_rows: int = 200) -> None:
+    s = r.stats
+    if r.columns and r.op in ("RETRIEVE", "RETRIEVE_COMMON"):
+        t = Table(*r.columns, show_lines=False)
+        for rec in r.records[:max_rows]:
+            t.add_row(*("" if rec.get(c) is None else str(rec.get(c)) for c in r.columns))
+        console.print(t)
+        if len(r.records) > max_rows:
+            console.print(f"… {len(r.records) - max_rows} more records (use --json for all)")
+    per = ", ".join(f"{b['backend']}: {b['records']} in {b['elapsed_ms']:.1f} ms"
+                    for b in s.get("backends", []))
+    console.print(f"{r.op}: {s.get('records_retrieved', 0)} records, "
+                  f"{s.get('clusters_examined', 0)} clusters examined, "
+                  f"{r.elapsed_ms:.1f} ms  [{per}]", style="dim")
