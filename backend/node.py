@@ -32,6 +32,11 @@ log = logging.getLogger("mbds.backend")
 WRITES = (pb.INSERT, pb.DELETE, pb.UPDATE)
 
 
+def _log_failure(fut) -> None:  # noqa: ANN001
+    if fut.exception() is not None:
+        log.error("storing a directory update failed: %s", fut.exception())
+
+
 class Cancelled(Exception):
     """The traffic unit was aborted (by PP, or because nobody collects its results)."""
 
@@ -85,12 +90,18 @@ class BackendNode:
 
     # ------------------------------------------------------------ directory --
     async def apply_directory(self, update: pb.DirectoryUpdate) -> None:
-        """Apply and persist a directory update (from IIG, by bus or out of band)."""
+        """Apply a directory update (from IIG, by bus or out of band) and queue its storing.
+
+        Storing is not awaited: the writer thread may be busy with a traffic unit that
+        is itself waiting on IIG. The single writer thread runs jobs in order, so these
+        rows are stored before any later traffic unit's records that refer to them; a
+        backend that crashes before storing them is brought up to date by the
+        controller when it rejoins.
+        """
         new = self.directory.apply(update)
         if new.files or new.descriptors or new.clusters:
-            # The single writer thread runs jobs in order, so these rows are stored
-            # before any later traffic unit's records that refer to them.
-            await self.loop.run_in_executor(self.writer, self.store.persist_directory, new)
+            fut = self.writer.submit(self.store.persist_directory, new)
+            fut.add_done_callback(_log_failure)
 
     # ------------------------------------------------------------- stage 1 --
     def on_hello(self, hello: pb.BusHello) -> None:

@@ -85,7 +85,8 @@ class BackendServicer(rpc.BackendServicer):
             self._iig_address = address
         stub = rpc.IigStub(self._iig_channel)
         return await stub.Place(pb.PlaceRequest(
-            file=file, directory_values=[to_pb(v) for v in values]), timeout=30)
+            file=file, directory_values=[to_pb(v) for v in values], backend=self.node.name),
+            timeout=30)
 
 
 class PeerServicer(rpc.PeerServicer):

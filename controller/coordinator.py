@@ -199,7 +199,7 @@ class Coordinator:
                 pass
         return created, unchanged
 
-    async def place(self, file: str, values: list[Value]) -> pb.PlaceReply:
+    async def place(self, file: str, values: list[Value], asker: str = "") -> pb.PlaceReply:
         """IIG for a record an UPDATE moved: its cluster, allocated centrally if new."""
         if file not in self.directory.files:
             raise DefinitionError(f"unknown file {file}")
@@ -208,7 +208,7 @@ class Coordinator:
         if update.descriptors or update.clusters:
             # Every backend learns of the new cluster before the mover writes into it.
             await asyncio.gather(*(link.stub.ApplyDirectory(update, timeout=self.timeout)
-                                   for link in self.links if link.up),
+                                   for link in self.links if link.up and link.name != asker),
                                  return_exceptions=True)
         return pb.PlaceReply(cluster_id=cid, directory=self.iig.cluster_definition(cid))
 

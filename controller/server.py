@@ -66,7 +66,8 @@ class IigServicer(rpc.IigServicer):
     async def Place(self, request: pb.PlaceRequest, context) -> pb.PlaceReply:  # noqa: ANN001
         try:
             return await self.c.place(request.file,
-                                      [from_pb(v) for v in request.directory_values])
+                                      [from_pb(v) for v in request.directory_values],
+                                      request.backend)
         except MbdsError as e:
             await _fail(context, e)
             raise

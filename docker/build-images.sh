@@ -86,7 +86,7 @@ step() {
   "$@"
   local secs; secs=$(since "$t0")
   log "<== $name: ${secs}s${STEP_NOTE:+ ($STEP_NOTE)}"
-  SUMMARY+=("$(printf '%-26s %7ss  %s' "$name" "$secs" "$STEP_NOTE")")
+  SUMMARY+=("$(printf '%-32s %7ss  %s' "$name" "$secs" "$STEP_NOTE")")
 }
 
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
@@ -312,6 +312,9 @@ build_app() {
   # Context = docker/; docker/.dockerignore lets only .wheelhouse through.
   docker build --build-arg BASE_IMAGE="$BASE_IMAGE" --label "mbds.source-hash=$APP_HASH" \
     -t "$APP_IMAGE" -f "$HERE/Dockerfile" "$HERE"
+  # The venv stage is left as a dangling image; its cache is useless next time
+  # (the build only runs when the wheelhouse changed).
+  docker image prune --force --filter label=mbds.stage=venv >/dev/null
   STEP_NOTE="built, source-hash $APP_HASH"
 }
 
@@ -327,7 +330,7 @@ if ((REBUILD)) || [[ $(docker image inspect -f '{{index .Config.Labels "mbds.sou
   step "wheelhouse" build_wheelhouse
   step "image $APP_IMAGE" build_app
 else
-  SUMMARY+=("$(printf '%-26s %7ss  %s' "wheelhouse + $APP_IMAGE" 0.0 "reused, source-hash $APP_HASH")")
+  SUMMARY+=("$(printf '%-32s %7ss  %s' "wheelhouse + $APP_IMAGE" 0.0 "reused, source-hash $APP_HASH")")
 fi
 
 log ""

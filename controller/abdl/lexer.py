@@ -37,7 +37,20 @@ _DESCRIPTIVE = frozenset({ATTRIBUTE, VALUE, RELOP, AGGREGATE, END})
 WS = r"(?:[ \t\r\n\f\v]++|--[^\n]*+)*+"
 NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 WORD = r"[A-Za-z_][A-Za-z0-9_]*"
-STR = r"'(?:[^'\\]|\\.)*+'|\"(?:[^\"\\]|\\.)*+\""
+# Raw newlines are not allowed inside quotes (write \n): an unclosed quote is
+# then reported where it is instead of swallowing the rest of a script.
+STR = r"'(?:[^'\\\n]|\\.)*+'|\"(?:[^\"\\\n]|\\.)*+\""
+
+# Fast paths: one regex call for a whole construct, for the hot INSERT/RETRIEVE
+# shapes. Plain whitespace only; comments inside fall back to the token path.
+_S = r"[ \t\r\n\f\v]*"
+_VALUE = rf"(?:({NUM})|({WORD})|({STR}))"
+# `<ATTR, value>` and the following ',' or ')': groups 1 '<', 2 attr, 3-5 value, 6 separator.
+KEYWORD_RE = re.compile(rf"{_S}(<){_S}({WORD}){_S},{_S}{_VALUE}{_S}>{_S}([,)])", re.DOTALL)
+# `(ATTR relop value)`: groups 1 '(', 2 attr, 3 relop, 4-6 value.
+PREDICATE_RE = re.compile(rf"{_S}(\(){_S}({WORD}){_S}(<=|>=|!=|=|<|>){_S}{_VALUE}{_S}\)", re.DOTALL)
+# A plain target attribute and the following ',' or ')': groups 1 attr, 2 separator.
+ITEM_RE = re.compile(rf"{_S}({WORD}){_S}([,)])")
 
 _TOKEN_RE = re.compile(
     WS + rf"(?:(?P<NUMBER>{NUM})|(?P<WORD>{WORD})|(?P<STRING>{STR})"
@@ -125,6 +138,16 @@ def string_value(text: str) -> str:
     return _STR_ESC_RE.sub(lambda m: _STR_ESCAPES.get(m.group(1), m.group(1)), inner)
 
 
+def fast_value(num: str | None, word: str | None, string: str | None) -> Value | None:
+    """Value from the groups of a fast pattern; None means 'redo on the slow path'."""
+    if word is not None:
+        return word  # bare word, case preserved
+    if num is not None:
+        return number_value(num)
+    assert string is not None  # one of the three alternatives always matched
+    return string_value(string)
+
+
 class Lexer:
     __slots__ = ("text", "pos", "_peeked", "_line_starts")
 
@@ -159,6 +182,10 @@ class Lexer:
     ) -> AbdlSyntaxError:
         pos = self.position(offset)
         return AbdlSyntaxError(pos.line, pos.column, expected, found, detail)
+
+    def reserved(self, word: str, offset: int) -> AbdlSyntaxError:
+        detail = f"'{word}' is a reserved word and cannot be an attribute name"
+        return self.error(offset, (ATTRIBUTE,), word, detail)
 
     def unexpected(self, tok: Token, expected: tuple[str, ...]) -> AbdlSyntaxError:
         return self.error(tok.offset, expected, END if tok.kind == "EOF" else tok.text)

@@ -1,15 +1,14 @@
 """Recursive-descent parser for ABDL traffic units (grammar in SPEC.md section 3).
 
-Keywords and predicates are first tried with one compiled pattern each (the
-"fast path"); anything unusual -- a syntax error, a reserved word, an
-unrepresentable number -- falls back to the token-by-token path, which is the
-reference behaviour and produces the precise error. Both paths share the
-lexer's token patterns, so they accept exactly the same language.
+Keywords, predicates and plain target items are first tried with one compiled
+pattern each (the lexer's "fast path"); anything unusual -- a syntax error, a
+comment, a reserved word, an unrepresentable number -- falls back to the
+token-by-token path, which is the reference behaviour and produces the precise
+error. A property test checks that both paths build identical trees.
 """
 
 from __future__ import annotations
 
-import re
 from typing import NoReturn
 
 from controller.abdl.ast import (
@@ -35,53 +34,26 @@ from controller.abdl.lexer import (
     AGGREGATE,
     ATTRIBUTE,
     END,
+    ITEM_RE,
+    KEYWORD_RE,
     KEYWORDS,
-    NUM,
+    PREDICATE_RE,
     RELOP,
-    STR,
     VALUE,
-    WORD,
     AbdlSyntaxError,
     Lexer,
     Token,
-    number_value,
-    string_value,
+    fast_value,
 )
 
 __all__ = ["AbdlSyntaxError", "parse"]
 
-# Fast patterns allow plain whitespace only; comments inside a keyword,
-# predicate or target item simply take the slow path.
-_S = r"[ \t\r\n\f\v]*"
-_VALUE = rf"(?:({NUM})|({WORD})|({STR}))"
-# `<ATTR, value>` plus the following ',' or ')': groups 1 '<', 2 attr, 3-5 value, 6 separator.
-_KEYWORD_RE = re.compile(rf"{_S}(<){_S}({WORD}){_S},{_S}{_VALUE}{_S}>{_S}([,)])", re.DOTALL)
-# `(ATTR relop value)`: groups 1 '(', 2 attr, 3 relop, 4-6 value.
-_PREDICATE_RE = re.compile(
-    rf"{_S}(\(){_S}({WORD}){_S}(<=|>=|!=|=|<|>){_S}{_VALUE}{_S}\)", re.DOTALL
-)
-# A plain target attribute plus the following ',' or ')': groups 1 attr, 2 separator.
-_ITEM_RE = re.compile(rf"{_S}({WORD}){_S}([,)])")
-
 _REQUEST_STARTS = ("INSERT", "DELETE", "UPDATE", "RETRIEVE")
-_RELOP_SET = frozenset(RELOPS)
-_AGG_SET = frozenset(AGGREGATES)
-_ARITH_SET = frozenset(ARITH_OPS)
 
 
 def parse(text: str) -> TrafficUnit:
     """Parse one traffic unit: a request or a `[ ...; ... ]` transaction."""
     return _Parser(text).traffic_unit()
-
-
-def _fast_value(num: str | None, word: str | None, string: str | None) -> Value | None:
-    """Value from a fast-pattern match; None means 'redo on the slow path'."""
-    if word is not None:
-        return word
-    if num is not None:
-        return number_value(num)
-    assert string is not None  # one of the three alternatives always matched
-    return string_value(string)
 
 
 class _Parser:
@@ -104,20 +76,12 @@ class _Parser:
             self._fail(tok, kind)
         return tok
 
-    def _reserved(self, word: str, offset: int) -> AbdlSyntaxError:
-        return self._lx.error(
-            offset,
-            (ATTRIBUTE,),
-            word,
-            f"'{word}' is a reserved word and cannot be an attribute name",
-        )
-
     def _attr(self, *expected: str) -> str:
         tok = self._lx.take()
         if tok.kind == "WORD":
             return tok.text.upper()
         if tok.kind in KEYWORDS:
-            raise self._reserved(tok.text, tok.offset)
+            raise self._lx.reserved(tok.text, tok.offset)
         self._fail(tok, *(expected or (ATTRIBUTE,)))
 
     def _value(self) -> Value:
@@ -145,9 +109,7 @@ class _Parser:
         while True:
             tok = lx.peek()
             if tok.kind == "[":
-                raise lx.error(
-                    tok.offset, found="[", detail="nested transactions are not allowed"
-                )
+                raise lx.error(tok.offset, found="[", detail="nested transactions are not allowed")
             requests.append(self._request(*_REQUEST_STARTS))
             tok = lx.take()
             if tok.kind == "]":
@@ -189,27 +151,20 @@ class _Parser:
         keywords: list[Keyword] = []
         append = keywords.append
         # Hot path (big INSERTs from loaders): locals instead of attribute look-ups.
-        text, match, position = lx.text, _KEYWORD_RE.match, lx.position
+        text, match, position = lx.text, KEYWORD_RE.match, lx.position
         offset = lx.mark()
         while True:
             m = match(text, offset)
             if m is not None:
                 _, attr, num, word, string, sep = m.groups()
                 upper = attr.upper()
-                if upper not in KEYWORDS:
-                    value: Value | None
-                    if word is not None:
-                        value = word
-                    elif num is not None:
-                        value = number_value(num)
-                    else:
-                        value = string_value(string)
-                    if value is not None:
-                        append(Keyword(upper, value, position(m.start(1))))
-                        offset = m.end()
-                        if sep == ",":
-                            continue
-                        break
+                value = fast_value(num, word, string)
+                if value is not None and upper not in KEYWORDS:
+                    append(Keyword(upper, value, position(m.start(1))))
+                    offset = m.end()
+                    if sep == ",":
+                        continue
+                    break
             # Slow path: the reference behaviour, and it reports any error.
             lx.reset(offset)
             lt = self._expect("<")
@@ -263,12 +218,12 @@ class _Parser:
 
     def _fast_predicate(self) -> Predicate | None:
         lx = self._lx
-        m = lx.fast_match(_PREDICATE_RE)
+        m = lx.fast_match(PREDICATE_RE)
         if m is None:
             return None
         _, attr, op, num, word, string = m.groups()
         upper = attr.upper()
-        value = _fast_value(num, word, string)
+        value = fast_value(num, word, string)
         if value is None or upper in KEYWORDS:
             lx.reset(m.start())
             return None
@@ -283,7 +238,7 @@ class _Parser:
     def _predicate_rest(self, open_tok: Token, *attr_expected: str) -> Predicate:
         attr = self._attr(*attr_expected)
         op = self._lx.take()
-        if op.kind not in _RELOP_SET:
+        if op.kind not in RELOPS:
             self._fail(op, RELOP)
         value = self._value()
         self._expect(")")
@@ -310,12 +265,12 @@ class _Parser:
             value = tok.value
         elif kind == "WORD" or kind in KEYWORDS:
             nxt = lx.peek()
-            if nxt.kind in _ARITH_SET or (nxt.kind == "NUMBER" and nxt.text[0] in "+-"):
+            if nxt.kind in ARITH_OPS or (nxt.kind == "NUMBER" and nxt.text[0] in "+-"):
                 if kind != "WORD":
-                    raise self._reserved(tok.text, tok.offset)
+                    raise self._lx.reserved(tok.text, tok.offset)
                 source = tok.text.upper()
                 value = self._arith_operand(nxt)
-                arith = nxt.kind if nxt.kind in _ARITH_SET else nxt.text[0]
+                arith = nxt.kind if nxt.kind in ARITH_OPS else nxt.text[0]
             else:
                 value = tok.text
                 # A reserved word can never name an attribute, so it is a string.
@@ -334,7 +289,7 @@ class _Parser:
     def _arith_operand(self, op_tok: Token) -> Value:
         """Operand after `ATTR op`; `POP -5` lexes as a signed number, so split it."""
         self._lx.take()
-        if op_tok.kind in _ARITH_SET:
+        if op_tok.kind in ARITH_OPS:
             return self._value()
         number = op_tok.value
         assert isinstance(number, int | float)
@@ -372,23 +327,19 @@ class _Parser:
         if tok.kind != "(":
             self._fail(tok, "or", "(")
         items: list[TargetItem] = []
-        text, match, position = lx.text, _ITEM_RE.match, lx.position
+        text, match, position = lx.text, ITEM_RE.match, lx.position
         while True:
-            # Fast path for plain attribute names (the common case).
+            # Fast path for plain attribute names and ALL (the common case).
             m = match(text, lx.mark())
-            if m is not None:
-                word, sep = m.groups()
-                upper = word.upper()
-                if upper not in KEYWORDS or upper == "ALL":
-                    pos = position(m.start(1))
-                    if upper == "ALL":
-                        items.append(TargetItem(None, None, True, pos))
-                    else:
-                        items.append(TargetItem(upper, None, False, pos))
-                    lx.reset(m.end())
-                    if sep == ",":
-                        continue
-                    break
+            upper = m.group(1).upper() if m is not None else ""
+            if m is not None and (upper == "ALL" or upper not in KEYWORDS):
+                pos = position(m.start(1))
+                all_ = upper == "ALL"
+                items.append(TargetItem(None if all_ else upper, None, all_, pos))
+                lx.reset(m.end())
+                if m.group(2) == ",":
+                    continue
+                break
             items.append(self._target_item())
             tok = lx.take()
             if tok.kind == ")":
@@ -406,11 +357,11 @@ class _Parser:
             return TargetItem(tok.text.upper(), None, False, pos)
         if kind == "ALL":
             return TargetItem(None, None, True, pos)
-        if kind in _AGG_SET:
+        if kind in AGGREGATES:
             self._expect("(")
             attr = self._attr()
             self._expect(")")
             return TargetItem(attr, kind, False, pos)
         if kind in KEYWORDS:
-            raise self._reserved(tok.text, tok.offset)
+            raise self._lx.reserved(tok.text, tok.offset)
         self._fail(tok, ATTRIBUTE, AGGREGATE, "ALL")

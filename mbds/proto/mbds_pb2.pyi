@@ -442,12 +442,14 @@ class DirectoryReply(_message.Message):
     def __init__(self, name: _Optional[str] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., counts: _Optional[_Iterable[_Union[ClusterCount, _Mapping]]] = ..., directory_digest: _Optional[str] = ...) -> None: ...
 
 class PlaceRequest(_message.Message):
-    __slots__ = ("file", "directory_values")
+    __slots__ = ("file", "directory_values", "backend")
     FILE_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_VALUES_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
     file: str
     directory_values: _containers.RepeatedCompositeFieldContainer[Value]
-    def __init__(self, file: _Optional[str] = ..., directory_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+    backend: str
+    def __init__(self, file: _Optional[str] = ..., directory_values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., backend: _Optional[str] = ...) -> None: ...
 
 class PlaceReply(_message.Message):
     __slots__ = ("cluster_id", "directory")

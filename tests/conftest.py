@@ -1,0 +1,82 @@
+"""Fixtures: real local clusters (separate processes, real gRPC, real SQLite files)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from mbds.client import Client
+from mbds.cluster import LocalCluster
+from mbds.proto import mbds_pb2 as pb
+from mbds.proto import mbds_pb2_grpc as rpc
+
+CENSUS_YAML = """
+files:
+  CENSUS:
+    attributes: {CITY: string, POP: integer, AREA: float, STATE: string}
+    directory:
+      POP: {type: A, ranges: [[0, 999], [1000, 4999]]}
+      STATE: {type: B, values: [CA, NY]}
+      CITY: {type: C}
+  STATES:
+    attributes: {CODE: string, NAME: string, REGION: string}
+    directory:
+      CODE: {type: C}
+"""
+CENSUS_SCHEMAS = {
+    "CENSUS": {"CITY": "string", "POP": "integer", "AREA": "float", "STATE": "string"},
+    "STATES": {"CODE": "string", "NAME": "string", "REGION": "string"},
+}
+
+
+class Running:
+    """A started cluster with a client; dumps the processes' logs when a test fails."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.client = Client(cluster.address, timeout=60)
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.stop()
+
+
+def start_cluster(data_dir: Path, n: int, **kw: object) -> Running:
+    cluster = LocalCluster(data_dir, n, **kw)  # type: ignore[arg-type]
+    cluster.start()
+    return Running(cluster)
+
+
+def backend_digests(r: Running) -> list[str]:
+    """Each backend's own directory fingerprint, asked over gRPC."""
+    out = []
+    for p in r.cluster.backends:
+        with grpc.insecure_channel(p.address or "") as ch:
+            out.append(rpc.BackendStub(ch).Hello(pb.HelloRequest(), timeout=10).directory_digest)
+    return out
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator:
+    started: list[Running] = []
+
+    def make(n: int, name: str = "data", **kw: object) -> Running:
+        r = start_cluster(tmp_path / name, n, **kw)
+        started.append(r)
+        return r
+
+    yield make
+    for r in started:
+        r.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for r in getattr(item, "_clusters", []):
+            report.sections.append(("cluster logs", r.cluster.logs()))

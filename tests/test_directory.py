@@ -1,0 +1,98 @@
+"""Directory and placement without the network: clusters of the paper database and IIG's
+even spread of every cluster's records over the backends."""
+
+from collections import Counter
+
+import pytest
+
+from controller.iig import Iig
+from mbds import paper as P
+from mbds.directory import Directory
+from mbds.errors import DefinitionError
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
+
+
+def paper_iig(scale: int = 1) -> Iig:
+    iig = Iig(Directory())
+    iig.define(parse_definition(P.definition_yaml(scale)))
+    return iig
+
+
+def place_paper(iig: Iig, n: int, scale: int = 1, multi: int = 1) -> Counter:
+    placed: Counter = Counter()
+    for values, _ in P.records(scale, multi):
+        cid = iig.cluster_of(P.FILE, [P.FILE, values[0], values[1]], pb.DirectoryUpdate())
+        placed[(cid, iig.choose_backend(cid, n))] += 1
+    return placed
+
+
+@pytest.mark.parametrize("scale", [1, 3])
+def test_paper_database_has_24_clusters(scale: int) -> None:
+    iig = paper_iig(scale)
+    placed = place_paper(iig, 1, scale)
+    sizes = sorted(placed.values())
+    assert len(sizes) == 24
+    assert sizes == [40 * scale] * 23 + [80 * scale]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_each_cluster_is_split_evenly_over_the_backends(n: int) -> None:
+    iig = paper_iig()
+    placed = place_paper(iig, n, multi=2)
+    clusters = {cid for cid, _ in placed}
+    for cid in clusters:
+        per_backend = [placed[(cid, b)] for b in range(n)]
+        assert max(per_backend) - min(per_backend) <= 1, per_backend
+        assert sum(per_backend) in (80, 160)
+
+
+def test_type_c_values_get_sub_descriptors_and_none_class() -> None:
+    iig = Iig(Directory())
+    iig.define(parse_definition("""
+files:
+  CENSUS:
+    attributes: {CITY: string, POP: integer}
+    directory:
+      CITY: {type: C}
+      POP: {type: A, ranges: [[0, 9], [10, 19]]}
+"""))
+    upd = pb.DirectoryUpdate()
+    a = iig.cluster_of("CENSUS", ["CENSUS", "Monterey", 5], upd)
+    b = iig.cluster_of("CENSUS", ["CENSUS", "Monterey", 7], upd)
+    c = iig.cluster_of("CENSUS", ["CENSUS", "Carmel", 50], upd)   # POP in no range
+    d = iig.cluster_of("CENSUS", ["CENSUS", None, None], upd)     # both no-descriptor
+    assert a == b and len({a, c, d}) == 3
+    assert [x.value.s for x in upd.descriptors] == ["Monterey", "Carmel"]
+    # The copy a backend builds from the update is identical to IIG's.
+    copy = Directory()
+    copy.apply(iig.directory.to_update())
+    assert copy.digest() == iig.directory.digest()
+    # Descriptor search: POP >= 15 may be in [10,19] or in the no-descriptor class.
+    pop = iig.directory.at[("CENSUS", "POP")]
+    assert pop.search(">=", 15) == {pop.range_ids[1], pop.none_id}
+    assert iig.directory.at[("CENSUS", "CITY")].search("=", "Nowhere") == set()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("files: {}", "non-empty 'files'"),
+    ("files: {F: {attributes: {A: text}}}", "has type 'text'"),
+    ("files: {F: {attributes: {A: integer}, directory: {A: {type: A, ranges: [[0, 5], [5, 9]]}}}}",
+     "overlap"),
+    ("files: {F: {attributes: {A: integer}, directory: {B: {type: C}}}}", "not an attribute"),
+    ("files: {F: {attributes: {FILE: integer}}}", "reserved"),
+    ("files: {F: {attributes: {A: integer}, directory: {A: {type: B, values: [x]}}}}",
+     "not a integer"),
+    ("files: [", "not valid YAML"),
+])
+def test_bad_definitions_are_named(text: str, message: str) -> None:
+    with pytest.raises(DefinitionError, match=message):
+        parse_definition(text)
+
+
+def test_redefining_a_file_differently_is_refused() -> None:
+    iig = paper_iig()
+    _, created, unchanged = iig.define(parse_definition(P.definition_yaml()))
+    assert created == [] and unchanged == [P.FILE]
+    with pytest.raises(DefinitionError, match="already defined differently"):
+        iig.define(parse_definition(P.definition_yaml(2)))
