@@ -28,14 +28,19 @@ class _PeerLink:
         self.queue: asyncio.Queue[pb.DescriptorIds] = asyncio.Queue()
         self.task = asyncio.create_task(self._run())
 
-    async def _messages(self):  # noqa: ANN202 - async generator of DescriptorIds
+    @staticmethod
+    async def _messages(queue: asyncio.Queue[pb.DescriptorIds]):  # noqa: ANN205
         while True:
-            yield await self.queue.get()
+            yield await queue.get()
 
     async def _run(self) -> None:
         while True:
+            # A fresh queue per stream: the generator of a broken stream may still be
+            # waiting on its queue inside gRPC and would swallow the next message.
+            self.queue = asyncio.Queue()
             try:
-                await self.stub.DescriptorIdsStream(self._messages(), wait_for_ready=True)
+                await self.stub.DescriptorIdsStream(self._messages(self.queue),
+                                                    wait_for_ready=True)
             except grpc.aio.AioRpcError as e:
                 log.info("peer stream to %s broke: %s", self.address, e.code())
                 await asyncio.sleep(0.2)

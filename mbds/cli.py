@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -31,6 +32,7 @@ def _fail(e: Exception) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 def main(verbose: bool) -> None:
     """MBDS: one controller and N backends over gRPC, each backend on SQLite."""
+    verbose = verbose or bool(os.environ.get("MBDS_VERBOSE"))
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 

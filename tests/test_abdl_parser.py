@@ -371,6 +371,12 @@ ERRORS = [
     ("DELETE (A = 1.)", 1, 13, "bad number '1.'"),
     ("DELETE (A = -1e)", 1, 13, "bad number '-1e'"),
     ("DELETE (A = 1e999)", 1, 13, "number out of range '1e999'"),
+    (
+        "DELETE (A = 'x''); DROP TABLE r; --')",
+        1,
+        16,
+        "expected ')', found \"'); DROP TABLE r; --'\"",
+    ),
     ("[]", 1, 1, "empty transaction"),
     ("  [\n ]", 1, 3, "empty transaction"),
     ("[DELETE (A = 1); [DELETE (A = 1)]]", 1, 18, "nested transactions are not allowed"),
@@ -567,14 +573,16 @@ class Unparser:
             if i:
                 self.word("or")
             wrap = len(conj.predicates) > 1 or self.flip()
-            self.out.append("(") if wrap else None
+            if wrap:
+                self.out.append("(")
             for j, p in enumerate(conj.predicates):
                 if j:
                     self.word("and")
                 self.out += ["(", p.attr, p.op]
                 self.value(p.value)
                 self.out.append(")")
-            self.out.append(")") if wrap else None
+            if wrap:
+                self.out.append(")")
 
     def retrieve(self, r: Retrieve) -> None:
         self.word("RETRIEVE")
@@ -679,3 +687,12 @@ def test_random_text_only_raises_syntax_errors(text: str) -> None:
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=40), st.sampled_from(["", " "]))
 def test_token_soup_only_raises_syntax_errors(parts: list[str], sep: str) -> None:
     check_garbage(sep.join(parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_mutated_requests_only_raise_syntax_errors(data: st.DataObject) -> None:
+    text = Unparser(data.draw).text(data.draw(units))
+    start = data.draw(st.integers(0, len(text)))
+    stop = data.draw(st.integers(start, min(len(text), start + 5)))
+    check_garbage(text[:start] + data.draw(st.sampled_from([*FRAGMENTS, ""])) + text[stop:])

@@ -1,11 +1,11 @@
 """Hand-written ABDL lexer and the syntax-error type.
 
 The lexer is a cursor over the source text. Tokens are produced on demand with
-one token of look-ahead; the parser may also try a compiled "fast" pattern that
-swallows a whole keyword or predicate in one regex call (`fast_match`), because
-a per-token Python loop is too slow for 30+-keyword INSERTs on the hot path.
-The patterns below are shared with the parser so both paths agree on what a
-number, word, string and whitespace are.
+one token of look-ahead. The parser may also try one of the "fast" patterns
+below, which swallow a whole keyword, predicate or target item in one regex call,
+because a per-token Python loop is too slow for 30+-keyword INSERTs on the hot
+path. Fast and token patterns are built from the same pieces (NUM, WORD, STR),
+so both paths agree on what a number, word and string are.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ _NEWLINE_RE = re.compile("\n")
 
 # Pos objects for line 1 are shared: single-line requests are the common case
 # and a dict hit is several times cheaper than building a frozen dataclass.
+# (Pos is immutable, so a racing thread at worst builds an equal duplicate.)
 _LINE1_POS: dict[int, Pos] = {}
 _LINE1_POS_LIMIT = 4096
 

@@ -1,0 +1,394 @@
+"""The container deployment end to end: build-images.sh, docker-compose.yml, compose.sh.
+
+Needs Docker and a Compose client (`docker compose` or docker-compose 1.29). Without
+them the module is skipped — unless CI is set: there these tests must run, so they fail.
+The images are built (or reused) by docker/build-images.sh; MBDS_TEST_REBUILD=1 passes
+--rebuild. Every stack has its own project name (mbds_test_<random>) and free host ports,
+and is removed with `down -v` whatever the outcome. Clients run inside the controller
+container (`docker exec ... mbds ...`), so the host needs nothing but Docker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(1800)]
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_IMAGES = ROOT / "docker" / "build-images.sh"
+COMPOSE_SH = ROOT / "docker" / "compose.sh"
+CONTROLLER = "localhost:50051"       # the controller, seen from inside its own container
+STARTUP_S = 180                      # images exist: a stack is healthy well within this
+CONTROLLER_DEADLINE_S = 60           # `mbds controller --timeout` default
+CPU_LIMIT_NANO = 500_000_000         # BACKEND_CPUS default 0.5
+# The paper's Table 2 (SPEC §5): clusters examined and records retrieved, requests 1-9.
+PAPER_TABLE2 = {1: (2, 2), 2: (7, 250), 3: (13, 500), 4: (24, 1000), 5: (9, 400),
+                6: (19, 800), 7: (10, 201), 8: (15, 401), 9: (19, 402)}
+
+
+def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 300,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {p.returncode}\n"
+                    f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def docker_problem() -> str | None:
+    if shutil.which("docker") is None:
+        return "docker is not installed"
+    info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
+    if info.returncode != 0:
+        return f"the Docker daemon is not reachable: {info.stderr.strip()[-300:]}"
+    v2 = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=60)
+    if v2.returncode != 0 and shutil.which("docker-compose") is None:
+        return "no Compose client ('docker compose' or 'docker-compose')"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    """One compose project of docker-compose.yml, driven through docker/compose.sh."""
+
+    def __init__(self) -> None:
+        self.project = f"mbds_test_{secrets.token_hex(4)}"
+        self.mbds_port = free_port()
+        self.prometheus_port = free_port()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("COMPOSE_") and k not in ("BACKENDS", "BACKEND_CPUS")}
+        self.env = {**env, "COMPOSE_PROJECT_NAME": self.project,
+                    "MBDS_PORT": str(self.mbds_port),
+                    "PROMETHEUS_PORT": str(self.prometheus_port)}
+
+    # -- compose and docker --------------------------------------------------
+    def compose(self, *args: str, check: bool = True, timeout: float = 300
+                ) -> subprocess.CompletedProcess[str]:
+        return run([str(COMPOSE_SH), *args], env=self.env, timeout=timeout, check=check)
+
+    def up(self, backends: int) -> None:
+        """`compose.sh up` (down, then up) with N backends; wait until all are healthy."""
+        self.env["BACKENDS"] = str(backends)
+        self.compose("up", "-d", "--scale", f"backend={backends}")
+        self.wait_healthy(backends)
+
+    def down(self) -> None:
+        self.compose("down", "-v", "--remove-orphans", check=False)
+
+    def logs(self) -> str:
+        p = self.compose("logs", "--no-color", "--tail", "60", check=False, timeout=60)
+        return p.stdout + p.stderr
+
+    def containers(self, service: str | None = None, *, all_states: bool = False) -> list[str]:
+        cmd = ["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={self.project}"]
+        if service:
+            cmd += ["--filter", f"label=com.docker.compose.service={service}"]
+        if all_states:
+            cmd.append("-a")
+        return run(cmd).stdout.split()
+
+    @staticmethod
+    def inspect(container: str) -> dict[str, Any]:
+        return json.loads(run(["docker", "inspect", container]).stdout)[0]
+
+    def wait_healthy(self, backends: int, timeout: float = STARTUP_S) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            health = {}
+            for c in self.containers(all_states=True):
+                info = self.inspect(c)
+                service = info["Config"]["Labels"]["com.docker.compose.service"]
+                state = info["State"].get("Health", {}).get("Status", info["State"]["Status"])
+                health.setdefault(service, []).append(state)
+            backends_ok = health.get("backend", []).count("healthy") == backends
+            if backends_ok and health.get("controller") == ["healthy"] \
+                    and health.get("prometheus") == ["running"]:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"stack {self.project} not healthy after {timeout:.0f}s: {health}\n"
+                            f"{self.logs()}")
+            time.sleep(1)
+
+    def wait_container_healthy(self, container: str, timeout: float = STARTUP_S) -> None:
+        deadline = time.monotonic() + timeout
+        while (status := self.inspect(container)["State"].get("Health", {}).get("Status")) \
+                != "healthy":
+            if time.monotonic() > deadline:
+                pytest.fail(f"{container} is {status} after {timeout:.0f}s\n{self.logs()}")
+            time.sleep(1)
+
+    @property
+    def controller(self) -> str:
+        [c] = self.containers("controller")
+        return c
+
+    # -- the mbds client, run inside the controller container -----------------
+    def mbds(self, command: list[str], *args: str, check: bool = True, timeout: float = 300
+             ) -> subprocess.CompletedProcess[str]:
+        return run(["docker", "exec", self.controller, "mbds", *command, "--controller",
+                    CONTROLLER, *args], timeout=timeout, check=check)
+
+    def exec_json(self, abdl: str) -> list[dict[str, Any]]:
+        """`mbds exec --json`: one result object per request."""
+        out = self.mbds(["exec"], "--json", abdl).stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def count(self, query: str) -> int:
+        [result] = self.exec_json(f"RETRIEVE {query} (COUNT(INTE1))")
+        [record] = result["records"]
+        [value] = record.values()
+        return value
+
+    def backend_names(self) -> list[str]:
+        """Every backend of the controller, as listed in a whole-file retrieve's stats."""
+        [result] = self.exec_json("RETRIEVE (FILE = PAPER) (COUNT(INTE1))")
+        return [b["backend"] for b in result["stats"]["backends"]]
+
+
+def backend_name(container: str) -> str:
+    """The slot name the backend claimed (its log says `backend bK listening on ...`)."""
+    logs = run(["docker", "logs", container]).stdout
+    names = re.findall(r"^backend (\S+) listening", logs, re.M)
+    assert names, f"no 'backend ... listening' line in the log of {container}:\n{logs[-2000:]}"
+    return names[-1]
+
+
+# ------------------------------------------------------------------ fixtures --
+
+@pytest.fixture(scope="module", autouse=True)
+def docker_available() -> None:
+    problem = docker_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{problem}; CI is set, so the container tests must run, not skip")
+    pytest.skip(f"container tests need Docker and Compose: {problem} (set CI to fail instead)")
+
+
+@pytest.fixture(scope="module")
+def images(docker_available: None) -> None:
+    """Build the images from nothing (or reuse them) exactly as a user would."""
+    cmd = [str(BUILD_IMAGES)] + (["--rebuild"] if os.environ.get("MBDS_TEST_REBUILD") else [])
+    t0 = time.monotonic()
+    p = run(cmd, timeout=1500, check=False)
+    assert p.returncode == 0, f"build-images.sh failed:\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}"
+    print(f"\nbuild-images.sh: {time.monotonic() - t0:.1f}s\n{p.stderr[-1500:]}")
+    for image in ("mbds:latest", "mbds-base:bookworm", "mbds-prometheus:latest"):
+        run(["docker", "image", "inspect", image])
+
+
+@pytest.fixture(scope="module")
+def stack3(images: None) -> Iterator[Stack]:
+    """Three backends with the paper's test database loaded; shared, not modified."""
+    stack = Stack()
+    try:
+        stack.up(3)
+        out = stack.mbds(["load", "paper"]).stdout
+        assert "loaded 1000 records" in out, out
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture
+def stack(images: None) -> Iterator[Stack]:
+    """A stack of this test's own, not started yet."""
+    stack = Stack()
+    try:
+        yield stack
+    finally:
+        stack.down()
+
+
+# --------------------------------------------------------------------- tests --
+
+def test_paper_table2_on_three_backends(stack3: Stack) -> None:
+    """(a) Built from nothing, 3 backends: the nine requests examine and retrieve as Table 2."""
+    out = stack3.mbds(["paper", "table2"], "--json", check=False)
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert [r["request"] for r in rows] == list(range(1, 10)), out.stdout + out.stderr
+    for r in rows:
+        assert (r["clusters_examined"], r["records_retrieved"]) == PAPER_TABLE2[r["request"]], r
+        assert r["match"] is True, r
+    assert out.returncode == 0, out.stderr
+    # The records are spread over all three backends.
+    [result] = stack3.exec_json("RETRIEVE (FILE = PAPER) (INTE1)")
+    per_backend = {b["backend"]: b["records"] for b in result["stats"]["backends"]}
+    assert len(per_backend) == 3 and all(n > 0 for n in per_backend.values()), per_backend
+    assert sum(per_backend.values()) == 1000
+
+
+def test_backend_cpu_limit_and_published_ports(stack3: Stack) -> None:
+    """(d) Every backend replica has the CPU limit; only the controller is published,
+    and only on loopback."""
+    backends = stack3.containers("backend")
+    assert len(backends) == 3
+    for c in backends:
+        info = stack3.inspect(c)
+        assert info["HostConfig"]["NanoCpus"] == CPU_LIMIT_NANO, info["Name"]
+        assert not info["HostConfig"]["PortBindings"], info["HostConfig"]["PortBindings"]
+    bindings = stack3.inspect(stack3.controller)["HostConfig"]["PortBindings"]["50051/tcp"]
+    assert bindings == [{"HostIp": "127.0.0.1", "HostPort": str(stack3.mbds_port)}]
+    with socket.create_connection(("127.0.0.1", stack3.mbds_port), timeout=5):
+        pass
+
+
+def test_prometheus_scrapes_controller_and_every_backend(stack3: Stack) -> None:
+    """Prometheus finds each replica through DNS (dns_sd_configs) and scrapes it."""
+    url = f"http://127.0.0.1:{stack3.prometheus_port}/api/v1/targets"
+    deadline = time.monotonic() + 60
+    while True:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            targets = json.load(r)["data"]["activeTargets"]
+        up = [t["labels"]["job"] for t in targets if t["health"] == "up"]
+        if up.count("backend") == 3 and up.count("controller") == 1:
+            return
+        if time.monotonic() > deadline:
+            seen = [(t["labels"], t["health"], t["lastError"]) for t in targets]
+            pytest.fail(f"Prometheus targets after 60s: {seen}")
+        time.sleep(2)
+
+
+# Runs in the controller container: loads the paper's database in chunks and prints
+# a line per acknowledged chunk, then the error that ended the load (or `done`).
+LOAD_SCRIPT = """
+import json, sys
+from mbds import paper as P
+from mbds.client import Client, ClientError
+SCALE, CHUNK = {scale}, {chunk}
+acked = 0
+with Client("{controller}", timeout={deadline}) as c:
+    try:
+        c.define(P.definition_yaml(SCALE))
+        for d in c.load(P.FILE, P.ATTRIBUTES, P.records(SCALE), chunk=CHUNK):
+            acked += d.stats.records_retrieved
+            print(json.dumps({{"acked": acked}}), flush=True)
+    except ClientError as e:
+        print(json.dumps({{"error": str(e), "code": e.code, "acked": acked}}), flush=True)
+        sys.exit(3)
+print(json.dumps({{"done": acked}}), flush=True)
+"""
+
+
+def test_killed_backend_during_load(stack: Stack) -> None:
+    """(b) docker kill a backend mid-load: a clear error naming it, within the deadline;
+    once it is back, every acknowledged record is there."""
+    stack.up(3)
+    victim = stack.containers("backend")[1]
+    victim_name = backend_name(victim)
+    victim_ip = next(iter(stack.inspect(victim)["NetworkSettings"]["Networks"].values()))[
+        "IPAddress"]
+    script = LOAD_SCRIPT.format(scale=20, chunk=500, controller=CONTROLLER,
+                                deadline=CONTROLLER_DEADLINE_S)
+    client = subprocess.Popen(["docker", "exec", "-i", stack.controller, "python", "-u", "-"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    assert client.stdin is not None and client.stdout is not None
+    client.stdin.write(script)
+    client.stdin.close()
+    lines: queue.Queue[tuple[float, str | None]] = queue.Queue()
+
+    def read() -> None:
+        for line in client.stdout:
+            lines.put((time.monotonic(), line))
+        lines.put((time.monotonic(), None))
+    threading.Thread(target=read, daemon=True).start()
+
+    def next_event(timeout: float) -> tuple[float, dict[str, Any]]:
+        t, line = lines.get(timeout=timeout)
+        if line is None:
+            return t, {"eof": True}
+        try:
+            return t, json.loads(line)
+        except json.JSONDecodeError:
+            return t, {"output": line}
+
+    try:
+        t, event = next_event(STARTUP_S)
+        assert "acked" in event, f"the load did not start: {event}"
+        run(["docker", "kill", victim])
+        killed_at = time.monotonic()
+        output = [event]
+        while "acked" in event or "output" in event:
+            t, event = next_event(CONTROLLER_DEADLINE_S + 30)
+            output.append(event)
+        client.wait(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert "done" not in event, "the load finished before the kill: raise its scale"
+    assert "eof" not in event, f"the client ended without an error: {output}"
+    assert "error" in event, output
+    error_after = t - killed_at
+    assert error_after <= CONTROLLER_DEADLINE_S, f"error {error_after:.1f}s after the kill"
+    assert "unreachable" in event["error"], event
+    assert victim_name in event["error"] or victim_ip in event["error"], (
+        f"the error does not name backend {victim_name} ({victim_ip}): {event['error']}")
+    acked = event["acked"]
+    assert acked > 0
+
+    run(["docker", "start", victim])
+    stack.wait_container_healthy(victim)
+    deadline = time.monotonic() + CONTROLLER_DEADLINE_S
+    while True:   # the controller reconnects to the restarted backend on its own
+        p = stack.mbds(["exec"], "--json",
+                       f"RETRIEVE ((FILE = PAPER) and (INTE1 <= {acked})) (COUNT(INTE1))",
+                       check=False)
+        if p.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"no answer {CONTROLLER_DEADLINE_S}s after the restart: {p.stderr}")
+        time.sleep(2)
+    [result] = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    assert list(result["records"][0].values()) == [acked], result
+    assert victim_name in [b["backend"] for b in result["stats"]["backends"]]
+
+
+def test_scale_out_from_three_to_four_backends(stack: Stack) -> None:
+    """(c) 3 -> 4 backends: data and identities survive, the new backend joins and
+    takes new inserts."""
+    stack.up(3)
+    stack.mbds(["load", "paper"])
+    before = stack.backend_names()
+    assert len(before) == 3
+
+    stack.up(4)   # compose.sh: down (volume kept), then up with --scale backend=4
+    after = stack.backend_names()
+    assert len(after) == 4 and set(before) < set(after), (before, after)
+    [new] = set(after) - set(before)
+    assert stack.count("(FILE = PAPER)") == 1000
+
+    record = ", ".join(["<FILE, PAPER>", "<INTE1, 7>", "<INTE2, 7>", "<MULTI, Scaled>",
+                        *(f"<STR{i:02d}, Xxxxx>" for i in range(30))])
+    inserts = stack.exec_json("[ " + "; ".join([f"INSERT ({record})"] * 8) + " ]")
+    assert len(inserts) == 8
+    for result in inserts:
+        assert sorted(b["backend"] for b in result["stats"]["backends"]) == sorted(after), result
+    on_new = sum(b["records"] for r in inserts for b in r["stats"]["backends"]
+                 if b["backend"] == new)
+    assert on_new > 0, inserts
+
+    [result] = stack.exec_json("RETRIEVE ((FILE = PAPER) and (MULTI = Scaled)) (INTE1)")
+    assert len(result["records"]) == 8
+    per_backend = {b["backend"]: b["records"] for b in result["stats"]["backends"]}
+    assert per_backend[new] > 0, per_backend
