@@ -1,0 +1,85 @@
+"""Bad input gets a clear error naming what is wrong, and changes no data."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from mbds.client import ClientError
+from tests.conftest import CENSUS_YAML, Running, start_cluster
+
+NASTY = ["x'); DROP TABLE \"r_CENSUS\"; --", 'Robert"); DELETE FROM descriptors; --',
+         "1 OR 1=1", "%_*", "\\", "' OR ''='"]
+
+
+@pytest.fixture(scope="module")
+def census(tmp_path_factory) -> Iterator[Running]:  # noqa: ANN001
+    r = start_cluster(tmp_path_factory.mktemp("bad"), 2)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("[" + "; ".join(
+        f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i * 100}>, <STATE, CA>, <AREA, 1.5>)"
+        for i in range(20)) + "]")
+    yield r
+    r.close()
+
+
+def snapshot(r: Running) -> list:
+    [res] = r.client.execute("RETRIEVE (FILE = Census) (ALL)")
+    return sorted(res.records, key=repr)
+
+
+BAD = [
+    ("RETRIEVE (FILE = Census (CITY)", "INVALID_ARGUMENT", "line 1, column"),
+    ("INSERT (<FILE, Census>, <CITY, 'unterminated)", "INVALID_ARGUMENT", "line 1"),
+    ("DELETE ((FILE = Census) and (POP < 5)", "INVALID_ARGUMENT", "expected"),
+    ("RETRIEVE\n  ((FILE = Census) and\n   (POP >> 5)) (CITY)", "INVALID_ARGUMENT", "line 3"),
+    ("UPDATE (FILE = Census) <POP = POP + 1> trailing", "INVALID_ARGUMENT", "end of input"),
+    ("RETRIEVE (FILE = Nowhere) (CITY)", "INVALID_ARGUMENT", "unknown file NOWHERE"),
+    ("RETRIEVE ((FILE = Census) and (PEOPLE > 1)) (CITY)", "INVALID_ARGUMENT",
+     "unknown attribute PEOPLE in file CENSUS"),
+    ("RETRIEVE (FILE = Census) (CITY, HEIGHT)", "INVALID_ARGUMENT", "unknown attribute HEIGHT"),
+    ("INSERT (<FILE, Census>, <CITY, 5>)", "INVALID_ARGUMENT",
+     "type mismatch: CENSUS.CITY is string"),
+    ("INSERT (<FILE, Census>, <POP, 'many'>)", "INVALID_ARGUMENT", "CENSUS.POP is integer"),
+    ("INSERT (<FILE, Census>, <POP, 2.5>)", "INVALID_ARGUMENT", "CENSUS.POP is integer"),
+    ("INSERT (<CITY, Carmel>, <FILE, Census>)", "INVALID_ARGUMENT", "first keyword"),
+    ("INSERT (<FILE, Census>, <CITY, a>, <CITY, b>)", "INVALID_ARGUMENT", "appears twice"),
+    ("INSERT (<FILE, Census>, <MAYOR, x>)", "INVALID_ARGUMENT", "unknown attribute MAYOR"),
+    ("RETRIEVE ((FILE = Census) and (POP = 'ten')) (CITY)", "INVALID_ARGUMENT",
+     "type mismatch"),
+    ("RETRIEVE (FILE = Census) (AVG(CITY))", "INVALID_ARGUMENT", "AVG of string attribute CITY"),
+    ("RETRIEVE (FILE = Census) (CITY, AVG(POP))", "INVALID_ARGUMENT", "BY attribute"),
+    ("RETRIEVE (FILE = Census) (CITY) BY STATE", "INVALID_ARGUMENT", "needs at least one"),
+    ("UPDATE (FILE = Census) <POP = POP / 0>", "INVALID_ARGUMENT", "division by zero"),
+    ("UPDATE (FILE = Census) <CITY = CITY + 1>", "INVALID_ARGUMENT", "arithmetic on string"),
+    ("UPDATE (FILE = Census) <POP = AREA>", "INVALID_ARGUMENT", "cannot copy float AREA"),
+    ("UPDATE (FILE = Census) <POP = POP * 1.5>", "INVALID_ARGUMENT", "is a float"),
+    ("UPDATE (FILE = Census) <FILE = Other>", "INVALID_ARGUMENT", "FILE cannot be updated"),
+    # A transaction whose last request is bad is rejected whole: its inserts never happen.
+    ("[INSERT (<FILE, Census>, <CITY, ghost>); DELETE (FILE = Census); "
+     "RETRIEVE (FILE = Census) (NOPE)]", "INVALID_ARGUMENT", "unknown attribute NOPE"),
+    ("[]", "INVALID_ARGUMENT", "empty transaction"),
+]
+
+
+@pytest.mark.parametrize("text,code,message", BAD, ids=[b[0][:40] for b in BAD])
+def test_bad_request_is_named_and_changes_nothing(census: Running, text: str, code: str,
+                                                  message: str) -> None:
+    before = snapshot(census)
+    with pytest.raises(ClientError) as err:
+        census.client.execute(text)
+    assert err.value.code == code
+    assert message in str(err.value)
+    assert snapshot(census) == before
+
+
+@pytest.mark.parametrize("value", NASTY)
+def test_values_with_quotes_and_sql_are_only_values(census: Running, value: str) -> None:
+    quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+    before = len(snapshot(census))
+    census.client.execute(f"INSERT (<FILE, Census>, <CITY, '{quoted}'>, <POP, 7>)")
+    [res] = census.client.execute(f"RETRIEVE ((FILE = Census) and (CITY = '{quoted}')) (CITY)")
+    assert res.records == [{"CITY": value}]
+    census.client.execute(f"DELETE ((FILE = Census) and (CITY = '{quoted}'))")
+    assert len(snapshot(census)) == before

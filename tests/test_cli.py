@@ -1,0 +1,113 @@
+"""The command-line contract, driven as a user would: `mbds up` in the background, then
+`mbds define/load/exec/paper/status/health` against it, then SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CENSUS_YAML
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mbds(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mbds", *args], capture_output=True,
+                          text=True, input=input, timeout=120)
+
+
+class Up:
+    def __init__(self, data: Path, n: int) -> None:
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mbds", "up", "--backends", str(n), "--port", str(self.port),
+             "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        deadline = time.monotonic() + 60
+        self.out: list[str] = []
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.out.append(line)
+            if "ready" in line:
+                return
+        raise AssertionError("mbds up did not become ready:\n" + "".join(self.out))
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGTERM)
+        rest, _ = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, rest
+        return "".join(self.out) + rest
+
+
+def test_up_exec_define_load_table2_and_clean_stop(tmp_path: Path) -> None:
+    up = Up(tmp_path / "data", 2)
+    try:
+        assert f"controller {up.addr}" in "".join(up.out)
+        (tmp_path / "census.yaml").write_text(CENSUS_YAML)
+        r = mbds("define", str(tmp_path / "census.yaml"), "--controller", up.addr)
+        assert r.returncode == 0 and "created CENSUS" in r.stdout, r.stderr
+        r = mbds("exec", "--controller", up.addr, "--json",
+                 "[INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>); "
+                 "RETRIEVE (FILE = Census) (CITY, AVG(POP)) BY CITY]")
+        assert r.returncode == 0, r.stderr
+        ins, ret = [json.loads(line) for line in r.stdout.splitlines()]
+        assert ins["op"] == "INSERT" and ins["stats"]["records_retrieved"] == 1
+        assert ret["records"] == [{"CITY": "Monterey", "AVG(POP)": 25000.0}]
+        assert set(ret) == {"op", "records", "stats", "elapsed_ms"}
+        assert set(ret["stats"]) == {"clusters_examined", "records_retrieved", "backends"}
+        assert [b["backend"] for b in ret["stats"]["backends"]] == ["b0", "b1"]
+        assert set(ret["stats"]["backends"][0]) == {"backend", "records", "elapsed_ms"}
+        # The readable table names the columns and the statistics.
+        r = mbds("exec", "--controller", up.addr, "RETRIEVE (FILE = Census) (CITY, POP)")
+        assert r.returncode == 0 and "Monterey" in r.stdout and "clusters examined" in r.stdout
+        # Errors: stderr and a non-zero exit.
+        r = mbds("exec", "--controller", up.addr, "RETRIEVE (FILE = Nope) (X)")
+        assert r.returncode != 0 and "unknown file NOPE" in r.stderr and r.stdout == ""
+        r = mbds("load", "paper", "--controller", up.addr)
+        assert r.returncode == 0 and "loaded 1000 records" in r.stdout, r.stderr
+        r = mbds("paper", "table2", "--controller", up.addr, "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        assert [x["clusters_examined"] for x in rows] == [2, 7, 13, 24, 9, 19, 10, 15, 19]
+        assert all(x["match"] for x in rows)
+        r = mbds("status", "--controller", up.addr)
+        assert r.returncode == 0 and "b0" in r.stdout and "b1" in r.stdout
+        assert mbds("health", "--address", up.addr).stdout.strip() == "SERVING"
+    finally:
+        out = up.stop()
+    assert "stopped" in out
+    # Data survives a restart of the whole local cluster.
+    up = Up(tmp_path / "data", 2)
+    try:
+        r = mbds("exec", "--controller", up.addr, "--json",
+                 "RETRIEVE (FILE = Paper) (COUNT(INTE1))")
+        assert json.loads(r.stdout)["records"] == [{"COUNT(INTE1)": 1000}], r.stderr
+    finally:
+        up.stop()
+
+
+def test_health_fails_when_nothing_listens() -> None:
+    r = mbds("health", "--address", f"127.0.0.1:{free_port()}", "--timeout", "0.5")
+    assert r.returncode != 0 and "error" in r.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["up", "--help"], ["exec", "--help"],
+                                  ["load", "paper", "--help"], ["paper", "table2", "--help"]])
+def test_help_works(args: list[str]) -> None:
+    r = mbds(*args)
+    assert r.returncode == 0 and "Usage" in r.stdout
