@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set everything up and run the main job: a 2-backend local cluster, the paper's
+# database loaded, Table 2 printed (with each request's median over 10 runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install --quiet --disable-pip-version-check .
+data=$(mktemp -d)
+port=${MBDS_PORT:-50051}
+mbds up --backends "${BACKENDS:-2}" --port "$port" --data-dir "$data" &
+up=$!
+trap 'kill -TERM $up 2>/dev/null; wait $up 2>/dev/null; rm -rf "$data"' EXIT
+for _ in $(seq 100); do mbds health --address "127.0.0.1:$port" >/dev/null 2>&1 && break; sleep 0.3; done
+mbds load paper --controller "127.0.0.1:$port" --scale "${SCALE:-1}"
+mbds paper table2 --controller "127.0.0.1:$port" --scale "${SCALE:-1}" --runs 10
