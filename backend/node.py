@@ -79,11 +79,13 @@ class BackendNode:
         self.result_timeout = result_timeout
         self.loop = asyncio.get_running_loop()
         self._stage2_task = asyncio.create_task(self._stage2_loop())
+        self.metrics_port = 0
         self.iig = None    # set by the server: async (file, values) -> pb.PlaceReply
 
-    def _h(self, name: str):  # noqa: ANN202 - a context manager
-        return metrics.handler("DM" if not name.startswith(("cc.", "recp.")) else
-                               name.split(".")[0].upper(), name.split(".")[-1], self.name)
+    def _h(self, handler: str):  # noqa: ANN202 - a context manager
+        """Time one message handler; `handler` is "process.name", e.g. "cc.cluster_lock"."""
+        process, name = handler.split(".")
+        return metrics.handler(process.upper(), name, self.name)
 
     def state(self, key: tuple[str, int]) -> TuState:
         return self.tus.setdefault(key, TuState())
@@ -120,7 +122,7 @@ class BackendNode:
             attrs = dm.type_c_attributes(self.directory, tu)
             with self._h("cc.attribute_lock"):
                 handle = await self.cc.acquire(key, {("attr", *a): S for a in attrs})
-            with self._h("descriptor_search"):
+            with self._h("dm.attribute_locked"), self._h("dm.descriptor_search"):
                 st.found = dm.descriptor_search(self.directory, tu, self.session.index,
                                                 len(self.session.peers) or 1)
             with self._h("cc.attribute_release"):
@@ -148,7 +150,7 @@ class BackendNode:
             self.cc.release(handle)
 
     def on_peer_ids(self, msg: pb.DescriptorIds) -> None:
-        with self._h("descriptor_ids"):
+        with self._h("dm.descriptor_ids"):
             st = self.state((msg.epoch, msg.seq))
             st.peer_ids[msg.from_index] = list(msg.results)
             if len(st.peer_ids) >= len(self.session.peers) - 1:
@@ -190,7 +192,7 @@ class BackendNode:
         groups = {("didgroup", f, p.attr): S for _, c, p in dm.predicates(tu) for f in c.files}
         with self._h("cc.did_group_lock"):
             handle = await self.cc.acquire(key, groups)
-        with self._h("cluster_search"):
+        with self._h("dm.did_groups_locked"), self._h("dm.cluster_search"):
             plans = dm.plan_requests(self.directory, tu, found)
         with self._h("cc.did_group_release"):
             self.cc.release(handle)
@@ -204,10 +206,11 @@ class BackendNode:
         try:
             waited = await self.cc.wait(lock)
             metrics.LOCK_WAIT_SECONDS.labels("cluster", self.name).observe(waited)
-            with self._h("clusters_locked"):
+            with self._h("dm.clusters_locked"):
                 writes = any(p.request.op in WRITES for p in plans)
             pool = self.writer if writes else self.readers
-            await self.loop.run_in_executor(pool, self._run, st, plans, writes)
+            queued = time.perf_counter()
+            await self.loop.run_in_executor(pool, self._run, st, plans, writes, queued)
             await self._finish(st, committed=True)
         except (Cancelled, asyncio.CancelledError):
             await self._finish(st, error=f"backend {self.name}: traffic unit aborted: "
@@ -238,7 +241,11 @@ class BackendNode:
             st.cancelled = "nobody collected the results"
             raise Cancelled(st.cancelled) from None
 
-    def _run(self, st: TuState, plans: list[dm.RequestPlan], writes: bool) -> None:
+    def _run(self, st: TuState, plans: list[dm.RequestPlan], writes: bool,
+             queued: float) -> None:
+        if metrics.internal_timing():   # recp.request: the hand-over from DM to RECP
+            metrics.HANDLER_SECONDS.labels("RECP", "request", self.name).observe(
+                time.perf_counter() - queued)
         conn = self.store.writer() if writes else self.store.reader()
         moved = False
         with transaction(conn, "IMMEDIATE" if writes else "DEFERRED"):
@@ -308,7 +315,7 @@ class BackendNode:
     async def _place(self, file: str, values: list[Value]) -> pb.PlaceReply:
         if self.iig is None:
             raise RuntimeError("no IIG to place a moved record")
-        with self._h("iig_place"):
+        with self._h("dm.place_moved_record"):
             reply = await self.iig(file, values)
         self.directory.apply(reply.directory)
         return reply

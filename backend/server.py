@@ -28,7 +28,8 @@ class BackendServicer(rpc.BackendServicer):
         node.iig = self._place
 
     async def Hello(self, request: pb.HelloRequest, context) -> pb.HelloReply:  # noqa: ANN001
-        return pb.HelloReply(name=self.node.name, directory_digest=self.node.directory.digest())
+        return pb.HelloReply(name=self.node.name, directory_digest=self.node.directory.digest(),
+                             metrics_port=self.node.metrics_port)
 
     async def Directory(self, request, context) -> pb.DirectoryReply:  # noqa: ANN001
         node = self.node
@@ -100,12 +101,13 @@ class PeerServicer(rpc.PeerServicer):
 
 
 async def serve(*, listen: str, data_dir: Path, name: str | None = None,
-                synchronous: str = "NORMAL", memory: bool = False,
+                synchronous: str = "NORMAL", memory: bool = False, metrics_port: int = 0,
                 ready: asyncio.Event | None = None, grace: float = 5.0) -> None:
     """Run one backend until SIGTERM/SIGINT; its data and identity live in data_dir."""
     store = Store(data_dir / "backend.db", synchronous=synchronous, memory=memory)
     node_name = store.identity(name or data_dir.resolve().name)
     node = BackendNode(node_name, store)
+    node.metrics_port = metrics_port
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     rpc.add_BackendServicer_to_server(BackendServicer(node), server)
     rpc.add_PeerServicer_to_server(PeerServicer(node), server)

@@ -31,7 +31,8 @@ log = logging.getLogger("mbds.controller")
 class Coordinator:
     def __init__(self, addresses: list[str], *, iig_address: str = "",
                  internal_timing: bool = True, timeout: float = 60.0,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, metrics_url: str = "") -> None:
+        self.metrics_url = metrics_url
         self.epoch = uuid.uuid4().hex[:12]
         self.links = [BackendLink(a) for a in addresses]
         self.directory = Directory()
@@ -214,10 +215,11 @@ class Coordinator:
 
     async def status(self) -> pb.StatusReply:
         out = pb.StatusReply(expected_backends=len(self.links), files=sorted(
-            self.directory.files), directory_digest=self.directory.digest())
+            self.directory.files), directory_digest=self.directory.digest(),
+            metrics_url=self.metrics_url, internal_timing=self.internal_timing)
         for link in self.links:
             out.backends.add(name=link.name, address=link.address, reachable=link.up,
-                             error=link.error)
+                             error=link.error, metrics_url=link.metrics_url)
         return out
 
     async def close(self) -> None:

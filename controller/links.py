@@ -32,6 +32,7 @@ class BackendLink:
         self.queue: asyncio.Queue[pb.BusMessage | None] | None = None
         self.bus_task: asyncio.Task | None = None
         self.error = "not connected"
+        self.metrics_url = ""
 
     @property
     def up(self) -> bool:
@@ -48,6 +49,9 @@ class BackendLink:
         except grpc.aio.AioRpcError as e:
             raise self.unavailable(e.details() or e.code().name) from None
         self.name = reply.name
+        host = self.address.rsplit(":", 1)[0]
+        self.metrics_url = f"http://{host}:{reply.metrics_port}/metrics" if reply.metrics_port \
+            else ""
         return reply
 
     def open_bus(self, hello: pb.BusHello) -> None:

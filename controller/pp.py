@@ -114,10 +114,13 @@ async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[
     pending: dict[int, asyncio.Future] = {}
     try:
         for i, p in enumerate(prepared):
-            yield pb.ExecuteReply(request_index=i, header=pb.ReplyHeader(
-                op=p.op, columns=p.columns))
-            stats = pb.RequestStats()
-            aggs = _Aggregates(p) if p.aggregates else None
+            with metrics.handler("PP", "request_count"):
+                header = pb.ExecuteReply(request_index=i, header=pb.ReplyHeader(
+                    op=p.op, columns=p.columns))
+                stats = pb.RequestStats()
+            with metrics.handler("PP", "aggregate_ops"):
+                aggs = _Aggregates(p) if p.aggregates else None
+            yield header
             sides: list[list[list[Any]]] = [[], []]
             pending = {b: asyncio.ensure_future(s.next()) for b, s in enumerate(streams)}
             while pending:
@@ -125,6 +128,7 @@ async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[
                                              return_when=asyncio.FIRST_COMPLETED)
                 for b in [b for b, f in pending.items() if f in done]:
                     msg = pending.pop(b).result()
+                    t_msg = time.perf_counter()
                     kind = msg.WhichOneof("body")
                     if kind == "done":
                         d = msg.done.stats
@@ -141,8 +145,11 @@ async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[
                                 rows_json=msg.rows.rows_json, count=msg.rows.count))
                     elif kind == "group" and aggs is not None:
                         aggs.add(msg.group)
+                    if metrics.internal_timing():
+                        metrics.HANDLER_SECONDS.labels("PP", "results", "").observe(
+                            time.perf_counter() - t_msg)
                     pending[b] = asyncio.ensure_future(streams[b].next())
-            with metrics.handler("PP", "results"):
+            with metrics.handler("PP", "reply"):
                 if aggs is not None:
                     for r in _batches(i, aggs.rows()):
                         yield r

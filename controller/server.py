@@ -75,7 +75,7 @@ class IigServicer(rpc.IigServicer):
 
 async def serve(*, listen: str, backends: list[str], advertise: str = "",
                 internal_timing: bool = True, timeout: float = 60.0,
-                connect_timeout: float = 30.0, grace: float = 5.0,
+                connect_timeout: float = 30.0, grace: float = 5.0, metrics_port: int = 0,
                 ready: asyncio.Event | None = None) -> None:
     """Run the controller until SIGTERM/SIGINT."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
@@ -84,7 +84,9 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "",
     iig_address = advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{port}"
     coordinator = Coordinator(backends, iig_address=iig_address,
                               internal_timing=internal_timing, timeout=timeout,
-                              connect_timeout=connect_timeout)
+                              connect_timeout=connect_timeout,
+                              metrics_url=f"http://{iig_address.rsplit(':', 1)[0]}:{metrics_port}"
+                                          "/metrics" if metrics_port else "")
     rpc.add_ControllerServicer_to_server(ControllerServicer(coordinator), server)
     rpc.add_IigServicer_to_server(IigServicer(coordinator), server)
     health_servicer = health.aio.HealthServicer()

@@ -37,10 +37,11 @@ def main(verbose: bool) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-def _metrics(port: int | None) -> None:
+def _metrics(port: int | None, listen: str) -> None:
+    """Serve /metrics on the same interface as the gRPC service (loopback by default)."""
     if port is not None:
         from prometheus_client import start_http_server
-        start_http_server(port, addr="0.0.0.0" if port else "127.0.0.1")
+        start_http_server(port, addr=listen.rsplit(":", 1)[0].strip("[]"))
 
 
 @main.command()
@@ -62,8 +63,9 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
     if data_root is not None:
         data_dir = claim_slot(data_root)
     assert data_dir is not None
-    _metrics(metrics_port)
-    asyncio.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous))
+    _metrics(metrics_port, listen)
+    asyncio.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
+                      metrics_port=metrics_port or 0))
 
 
 @main.command()
@@ -90,9 +92,10 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
         addresses = discover_backends(discover, expect)
     if not addresses:
         raise click.UsageError("no backends: give --backends or --discover")
-    _metrics(metrics_port)
+    _metrics(metrics_port, listen)
     asyncio.run(serve(listen=listen, backends=addresses, advertise=advertise,
-                      internal_timing=internal_timing == "on", timeout=timeout))
+                      internal_timing=internal_timing == "on", timeout=timeout,
+                      metrics_port=metrics_port or 0))
 
 
 @main.command()
@@ -217,7 +220,11 @@ def status(controller: str) -> None:
     click.echo(f"backends {len(s.backends)} (expected {s.expected_backends}); files "
                f"{', '.join(s.files) or '-'}; directory {s.directory_digest}")
     for b in s.backends:
-        click.echo(f"  {b.name:8} {b.address:24} {'up' if b.reachable else 'DOWN ' + b.error}")
+        click.echo(f"  {b.name:8} {b.address:24} {'up' if b.reachable else 'DOWN ' + b.error}"
+                   + (f"  {b.metrics_url}" if b.metrics_url else ""))
+    if s.metrics_url:
+        click.echo(f"controller metrics {s.metrics_url}; internal timing "
+                   f"{'on' if s.internal_timing else 'off'}")
 
 
 from mbds.paper_cli import load, paper  # noqa: E402  (registers the paper commands)

@@ -148,30 +148,36 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BackendStatus(_message.Message):
-    __slots__ = ("name", "address", "reachable", "error", "records")
+    __slots__ = ("name", "address", "reachable", "error", "records", "metrics_url")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     REACHABLE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_URL_FIELD_NUMBER: _ClassVar[int]
     name: str
     address: str
     reachable: bool
     error: str
     records: int
-    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., records: _Optional[int] = ...) -> None: ...
+    metrics_url: str
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., records: _Optional[int] = ..., metrics_url: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("expected_backends", "backends", "files", "directory_digest")
+    __slots__ = ("expected_backends", "backends", "files", "directory_digest", "metrics_url", "internal_timing")
     EXPECTED_BACKENDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    METRICS_URL_FIELD_NUMBER: _ClassVar[int]
+    INTERNAL_TIMING_FIELD_NUMBER: _ClassVar[int]
     expected_backends: int
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
     files: _containers.RepeatedScalarFieldContainer[str]
     directory_digest: str
-    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ...) -> None: ...
+    metrics_url: str
+    internal_timing: bool
+    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ...) -> None: ...
 
 class Predicate(_message.Message):
     __slots__ = ("attr", "op", "value")
@@ -410,12 +416,14 @@ class HelloRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("name", "directory_digest")
+    __slots__ = ("name", "directory_digest", "metrics_port")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     name: str
     directory_digest: str
-    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ...) -> None: ...
+    metrics_port: int
+    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ...) -> None: ...
 
 class DirectoryRequest(_message.Message):
     __slots__ = ()
