@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -30,6 +31,10 @@ from mbds.values import Value
 
 log = logging.getLogger("mbds.backend")
 WRITES = (pb.INSERT, pb.DELETE, pb.UPDATE)
+
+
+def _records(msg: pb.BackendReply) -> int:
+    return msg.rows.count if msg.HasField("rows") else msg.group.records
 
 
 def _log_failure(fut) -> None:  # noqa: ANN001
@@ -72,7 +77,7 @@ class BackendNode:
         self.cc = LockTable()
         self.session = Session()
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="recp-writer")
-        self.readers = ThreadPoolExecutor(readers, thread_name_prefix="recp-reader")
+        self.readers = ThreadPoolExecutor(readers, thread_name_prefix="reader")   # status
         self.tus: dict[tuple[str, int], TuState] = {}
         self.stage2: asyncio.Queue[tuple[tuple[str, int], TuState]] = asyncio.Queue()
         self.peer_links = PeerLinks()
@@ -208,9 +213,12 @@ class BackendNode:
             metrics.LOCK_WAIT_SECONDS.labels("cluster", self.name).observe(waited)
             with self._h("dm.clusters_locked"):
                 writes = any(p.request.op in WRITES for p in plans)
-            pool = self.writer if writes else self.readers
             queued = time.perf_counter()
-            await self.loop.run_in_executor(pool, self._run, st, plans, writes, queued)
+            if writes:
+                await self.loop.run_in_executor(self.writer, self._run_writes, st, plans,
+                                                queued)
+            else:
+                await self._run_reads(st, plans, queued)
             await self._finish(st, committed=True)
         except (Cancelled, asyncio.CancelledError):
             await self._finish(st, error=f"backend {self.name}: traffic unit aborted: "
@@ -229,40 +237,73 @@ class BackendNode:
         if self.tus.get(key) is st:
             del self.tus[key]
 
-    def _emit(self, st: TuState, msg: pb.BackendReply) -> None:
-        """Called from a RECP thread: hand one reply to PP, waiting while PP is behind."""
+    def _recp_request(self, queued: float) -> None:
+        if metrics.internal_timing():   # recp.request: the hand-over from DM to RECP
+            metrics.HANDLER_SECONDS.labels("RECP", "request", self.name).observe(
+                time.perf_counter() - queued)
+
+    async def _put(self, st: TuState, msg: pb.BackendReply) -> None:
+        """Hand one reply to PP, waiting while PP is behind (bounded memory)."""
         if st.cancelled:
             raise Cancelled(st.cancelled)
-        fut = asyncio.run_coroutine_threadsafe(
-            asyncio.wait_for(st.out.put(msg), self.result_timeout), self.loop)
         try:
-            fut.result()
+            await asyncio.wait_for(st.out.put(msg), self.result_timeout)
         except TimeoutError:
             st.cancelled = "nobody collected the results"
             raise Cancelled(st.cancelled) from None
 
-    def _run(self, st: TuState, plans: list[dm.RequestPlan], writes: bool,
-             queued: float) -> None:
-        if metrics.internal_timing():   # recp.request: the hand-over from DM to RECP
-            metrics.HANDLER_SECONDS.labels("RECP", "request", self.name).observe(
-                time.perf_counter() - queued)
-        conn = self.store.writer() if writes else self.store.reader()
+    def _emit(self, st: TuState, msg: pb.BackendReply) -> None:
+        """`_put` from a RECP thread."""
+        asyncio.run_coroutine_threadsafe(self._put(st, msg), self.loop).result()
+
+    def _done(self, i: int, rp: dm.RequestPlan, n: int, t0: float) -> pb.BackendReply:
+        elapsed = (time.perf_counter() - t0) * 1000
+        metrics.RECORDS_PROCESSED.labels(pb.Op.Name(rp.request.op), self.name).inc(n)
+        return pb.BackendReply(request_index=i, done=pb.RequestDone(
+            elapsed_ms=elapsed, stats=pb.RequestStats(
+                clusters_examined=rp.clusters_examined, records_retrieved=n,
+                backends=[pb.BackendStats(backend=self.name, records=n, elapsed_ms=elapsed)])))
+
+    async def _run_reads(self, st: TuState, plans: list[dm.RequestPlan], queued: float) -> None:
+        """A read-only traffic unit runs on the event loop, one row batch per step.
+
+        Handing small reads to a thread cost more than the reads themselves; a batch
+        of rows is a short step, and the loop serves other traffic units in between.
+        """
+        self._recp_request(queued)
+        conn = self.store.checkout_reader()
+        try:
+            with transaction(conn, "DEFERRED"):
+                for i, rp in enumerate(plans):
+                    t0, n = time.perf_counter(), 0
+                    with self._h("recp.process"):
+                        for msg in self._reads(conn, i, rp):
+                            n += _records(msg)
+                            await self._put(st, msg)
+                    await self._put(st, self._done(i, rp, n, t0))
+        finally:
+            self.store.checkin_reader(conn)
+
+    def _run_writes(self, st: TuState, plans: list[dm.RequestPlan], queued: float) -> None:
+        """A traffic unit that writes runs in the writer thread, in one transaction."""
+        self._recp_request(queued)
+        conn = self.store.writer()
         moved = False
-        with transaction(conn, "IMMEDIATE" if writes else "DEFERRED"):
+        with transaction(conn, "IMMEDIATE"):
             for i, rp in enumerate(plans):
                 if moved:   # an earlier request moved records: search clusters again
                     rp = self._call_on_loop(self._replan, st, i)
                 t0 = time.perf_counter()
                 with self._h("recp.process"):
-                    n = self._process(conn, st, i, rp)
-                elapsed = (time.perf_counter() - t0) * 1000
+                    if rp.request.op in WRITES:
+                        n = self._write(conn, rp)
+                    else:
+                        n = 0
+                        for msg in self._reads(conn, i, rp):
+                            n += _records(msg)
+                            self._emit(st, msg)
                 moved = moved or rp.request.moves_records
-                metrics.RECORDS_PROCESSED.labels(pb.Op.Name(rp.request.op), self.name).inc(n)
-                self._emit(st, pb.BackendReply(request_index=i, done=pb.RequestDone(
-                    elapsed_ms=elapsed, stats=pb.RequestStats(
-                        clusters_examined=rp.clusters_examined, records_retrieved=n,
-                        backends=[pb.BackendStats(backend=self.name, records=n,
-                                                  elapsed_ms=elapsed)]))))
+                self._emit(st, self._done(i, rp, n, t0))
             if st.cancelled:
                 raise Cancelled(st.cancelled)
 
@@ -273,32 +314,37 @@ class BackendNode:
     def _call_on_loop(self, fn, *args):  # noqa: ANN001, ANN202
         return asyncio.run_coroutine_threadsafe(fn(*args), self.loop).result()
 
-    def _process(self, conn, st: TuState, i: int, rp: dm.RequestPlan) -> int:  # noqa: ANN001
+    def _write(self, conn, rp: dm.RequestPlan) -> int:  # noqa: ANN001
         req = rp.request
-        emit = lambda m: self._emit(st, m)  # noqa: E731
         if req.op == pb.INSERT:
             if not req.records:
                 return 0
             return recp.insert(conn, self.directory.files[req.file], list(req.records))
         if req.op == pb.DELETE:
             return sum(recp.delete(conn, fp) for fp in rp.files)
-        if req.op == pb.UPDATE:
-            if req.moves_records:
-                return sum(recp.update_moving(conn, fp, req.modifier,
-                                              lambda f, v: self._cluster_of(conn, f, v))
-                           for fp in rp.files)
-            return sum(recp.update(conn, fp, req.modifier) for fp in rp.files)
+        if req.moves_records:
+            return sum(recp.update_moving(conn, fp, req.modifier,
+                                          lambda f, v: self._cluster_of(conn, f, v))
+                       for fp in rp.files)
+        return sum(recp.update(conn, fp, req.modifier) for fp in rp.files)
+
+    @staticmethod
+    def _reads(conn, i: int, rp: dm.RequestPlan) -> Iterator[pb.BackendReply]:  # noqa: ANN001
+        req = rp.request
         r = req.retrieval
         if req.op == pb.RETRIEVE_COMMON:
-            left = [t.attr for t in r.targets]
-            right = [t.attr for t in req.right.targets]
-            n = sum(recp.retrieve_rows(conn, fp, left, emit, i, 0) for fp in rp.files)
-            return n + sum(recp.retrieve_rows(conn, fp, right, emit, i, 1) for fp in rp.right)
-        if any(t.agg for t in r.targets):
+            for fp in rp.files:
+                yield from recp.retrieve_batches(conn, fp, [t.attr for t in r.targets], i, 0)
+            for fp in rp.right:
+                yield from recp.retrieve_batches(
+                    conn, fp, [t.attr for t in req.right.targets], i, 1)
+        elif any(t.agg for t in r.targets):
             items = [t.attr for t in r.targets if t.agg]
-            return sum(recp.aggregate(conn, fp, items, r.by, emit, i) for fp in rp.files)
-        return sum(recp.retrieve_rows(conn, fp, [t.attr for t in r.targets], emit, i)
-                   for fp in rp.files)
+            for fp in rp.files:
+                yield from recp.aggregate_groups(conn, fp, items, r.by, i)
+        else:
+            for fp in rp.files:
+                yield from recp.retrieve_batches(conn, fp, [t.attr for t in r.targets], i)
 
     def _cluster_of(self, conn, file: str, values: list[Value]) -> int:  # noqa: ANN001
         """The cluster of a moved record; asks IIG when the combination is new here."""

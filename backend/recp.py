@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from backend.store import col, table
@@ -32,7 +32,6 @@ class FilePlan:
     conjunctions: list[list[tuple[str, str, Value]]] = field(default_factory=list)
 
 
-Emit = Callable[[pb.BackendReply], None]
 Place = Callable[[str, list[Value]], int]
 
 
@@ -69,29 +68,26 @@ def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
     return ", ".join(exprs), params
 
 
-def retrieve_rows(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str], emit: Emit,
-                  request_index: int, side: int = 0) -> int:
-    """Stream matching records' target attributes as JSON row batches; returns the count."""
+def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],
+                     request_index: int, side: int = 0) -> Iterator[pb.BackendReply]:
+    """Matching records' target attributes, as JSON row batches (SQLite works on `next`)."""
     if not plan.clusters:
-        return 0
+        return
     select, sparams = _select_list(plan, attrs)
     where, wparams = _where(plan)
     cur = conn.execute(f"SELECT {select} FROM {table(plan.schema.name)} WHERE {where}",
                        sparams + wparams)
-    total = 0
     while rows := cur.fetchmany(BATCH_ROWS):
-        total += len(rows)
-        emit(pb.BackendReply(request_index=request_index, rows=pb.RowBatch(
+        yield pb.BackendReply(request_index=request_index, rows=pb.RowBatch(
             rows_json=json.dumps(rows, separators=(",", ":")).encode(), count=len(rows),
-            side=side)))
-    return total
+            side=side))
 
 
-def aggregate(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: str,
-              emit: Emit, request_index: int) -> int:
-    """Partial aggregates per BY group; returns the number of records aggregated."""
+def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: str,
+                     request_index: int) -> Iterator[pb.BackendReply]:
+    """Partial aggregates, one message per BY group."""
     if not plan.clusters:
-        return 0
+        return
     exprs = []
     for a in items:
         c = col(a) if a in plan.schema.by_name else "NULL"
@@ -100,12 +96,10 @@ def aggregate(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: st
     where, params = _where(plan)
     sql = (f"SELECT {key}, COUNT(*), {', '.join(exprs)} FROM {table(plan.schema.name)} "
            f"WHERE {where}" + (f" GROUP BY {key}" if by else ""))
-    total = 0
     for row in conn.execute(sql, params):
         if row[1] == 0:
             continue         # no records: nothing to contribute
-        total += row[1]
-        g = pb.PartialGroup()
+        g = pb.PartialGroup(records=row[1])
         to_pb(row[0], g.key)
         for j in range(len(items)):
             s, n, lo, hi = row[2 + 4 * j: 6 + 4 * j]
@@ -113,8 +107,7 @@ def aggregate(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: st
             g.counts.append(n)
             to_pb(lo, g.mins.add())
             to_pb(hi, g.maxs.add())
-        emit(pb.BackendReply(request_index=request_index, group=g))
-    return total
+        yield pb.BackendReply(request_index=request_index, group=g)
 
 
 def delete(conn: sqlite3.Connection, plan: FilePlan) -> int:

@@ -80,6 +80,14 @@ class Store:
             self._writer = self._connect(readonly=False)
         return self._writer
 
+    def checkout_reader(self) -> sqlite3.Connection:
+        """A read-only connection for one traffic unit on the event loop (see checkin)."""
+        pool = self.__dict__.setdefault("_pool", [])
+        return pool.pop() if pool else self._connect(readonly=True)
+
+    def checkin_reader(self, conn: sqlite3.Connection) -> None:
+        self.__dict__.setdefault("_pool", []).append(conn)
+
     def reader(self) -> sqlite3.Connection:
         """This thread's read-only connection."""
         conn = getattr(self._local, "conn", None)

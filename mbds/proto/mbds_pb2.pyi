@@ -380,18 +380,20 @@ class ResultsRequest(_message.Message):
     def __init__(self, epoch: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class PartialGroup(_message.Message):
-    __slots__ = ("key", "sums", "counts", "mins", "maxs")
+    __slots__ = ("key", "sums", "counts", "mins", "maxs", "records")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SUMS_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     MINS_FIELD_NUMBER: _ClassVar[int]
     MAXS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     key: Value
     sums: _containers.RepeatedCompositeFieldContainer[Value]
     counts: _containers.RepeatedScalarFieldContainer[int]
     mins: _containers.RepeatedCompositeFieldContainer[Value]
     maxs: _containers.RepeatedCompositeFieldContainer[Value]
-    def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., sums: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., counts: _Optional[_Iterable[int]] = ..., mins: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., maxs: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+    records: int
+    def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., sums: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., counts: _Optional[_Iterable[int]] = ..., mins: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., maxs: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., records: _Optional[int] = ...) -> None: ...
 
 class BackendReply(_message.Message):
     __slots__ = ("seq", "request_index", "rows", "group", "done", "error", "committed")
