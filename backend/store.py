@@ -72,6 +72,10 @@ class Store:
         conn.execute(f"PRAGMA synchronous={self.synchronous}")
         if readonly:
             conn.execute("PRAGMA query_only=ON")
+            if self.memory:
+                # Shared-cache memory databases lock whole tables; CC already keeps
+                # readers off clusters a writer holds, so reading uncommitted pages is safe.
+                conn.execute("PRAGMA read_uncommitted=ON")
         return conn
 
     def writer(self) -> sqlite3.Connection:

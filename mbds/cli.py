@@ -52,9 +52,11 @@ def _metrics(port: int | None, listen: str) -> None:
 @click.option("--synchronous", default="NORMAL", show_default=True,
               type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
               help="SQLite synchronous mode (WAL: NORMAL survives a process crash).")
+@click.option("--in-memory", is_flag=True,
+              help="Keep records in memory only (durability benchmarks; nothing survives).")
 @click.option("--metrics-port", type=int, help="Serve Prometheus /metrics on this port.")
 def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchronous: str,
-            metrics_port: int | None) -> None:
+            in_memory: bool, metrics_port: int | None) -> None:
     """Run one backend (DM, CC, RECP)."""
     from backend.server import serve
     from backend.slots import claim_slot
@@ -65,7 +67,7 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
     assert data_dir is not None
     _metrics(metrics_port, listen)
     asyncio.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
-                      metrics_port=metrics_port or 0))
+                      memory=in_memory, metrics_port=metrics_port or 0))
 
 
 @main.command()
@@ -107,15 +109,19 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
               show_default=True)
 @click.option("--synchronous", default="NORMAL", show_default=True)
 @click.option("--metrics-port", type=int, help="Controller /metrics port; backend K uses +1+K.")
+@click.option("--backend-cpus", type=float,
+              help="CPU budget of each backend (cgroup; needs root), e.g. 0.5.")
 def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str,
-       metrics_port: int | None) -> None:
+       metrics_port: int | None, backend_cpus: float | None) -> None:
     """Start a controller and N backends as local processes; Ctrl-C stops them."""
     from mbds.cluster import LocalCluster, ProcessFailed
     cluster = LocalCluster(data_dir, n, port=port, internal_timing=internal_timing == "on",
-                           synchronous=synchronous, metrics_port=metrics_port)
+                           synchronous=synchronous, metrics_port=metrics_port,
+                           backend_cpus=backend_cpus)
+    from mbds.cpulimit import CpuLimitUnavailable
     try:
         address = cluster.start()
-    except ProcessFailed as e:
+    except (ProcessFailed, CpuLimitUnavailable) as e:
         _fail(e)
     click.echo(f"controller {address}  backends {n}  data {data_dir}")
     for i, b in enumerate(cluster.backends):
@@ -232,3 +238,9 @@ from mbds.paper_cli import load, paper  # noqa: E402  (registers the paper comma
 main.add_command(load)
 main.add_command(paper)
 __all__ = ["main", "collect", "stats_dict"]
+
+from loadgen.cli import bench  # noqa: E402  (the load generator's commands)
+
+main.add_command(bench)
+from mbds.report import report  # noqa: E402, I001
+main.add_command(report)

@@ -76,7 +76,10 @@ class LocalCluster:
 
     def __init__(self, data_dir: Path, backends: int, *, port: int = 0,
                  internal_timing: bool = True, synchronous: str = "NORMAL",
-                 metrics_port: int | None = None, timeout: float = 60.0) -> None:
+                 metrics_port: int | None = None, timeout: float = 60.0,
+                 backend_cpus: float | None = None, in_memory: bool = False) -> None:
+        self.backend_cpus = backend_cpus
+        self.in_memory = in_memory
         self.data_dir = Path(data_dir)
         self.n = backends
         self.port = port
@@ -102,8 +105,13 @@ class LocalCluster:
                 str(self.data_dir / f"b{i}"), "--synchronous", self.synchronous]
         if self.metrics_port is not None:
             args += ["--metrics-port", str(self.metrics_port + 1 + i)]
+        if self.in_memory:
+            args.append("--in-memory")
         proc = Proc(f"backend b{i}", args)
         proc.wait_ready(30)
+        if self.backend_cpus:
+            from mbds.cpulimit import apply
+            apply(proc.popen.pid, self.backend_cpus, f"{self.data_dir.name}-b{i}")
         return proc
 
     def start(self) -> str:

@@ -1,0 +1,1 @@
+"""The load generator: the paper's experiments and the seed documents' benchmarks."""

@@ -1,0 +1,222 @@
+"""Shared plumbing for the seed-document benchmarks (`users`, `tp`, `kv`).
+
+Output folders, machine facts, result files (CSV + JSON + markdown), rich
+tables, a local cluster per run, and counting a reply's rows without decoding
+them. Heavy imports (rich) happen inside functions: `mbds backend` imports
+this package through the CLI, and backends should start fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mbds.client import Client, ClientError
+from mbds.cluster import LocalCluster
+
+Row = dict[str, Any]
+
+
+def int_list(text: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (click callback helper)."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
+
+
+def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every seed benchmark shares (cluster shape, seed, output)."""
+    opts = [
+        click.option("--backends", type=int, default=2, show_default=True,
+                     help="Backends in the local cluster started for the run."),
+        click.option("--backend-cpus", type=float, default=None,
+                     help="CPU budget of each backend (cgroup; needs root). Default: none."),
+        click.option("--internal-timing", type=click.Choice(["on", "off"]), default="off",
+                     show_default=True, help="Per-handler timing in the servers."),
+        click.option("--seed", type=int, default=1, show_default=True,
+                     help="Random seed: the same seed gives the same workload."),
+        click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+                     help="Output folder (default results/<mode>-<timestamp>)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def out_dir(mode: str, out: Path | None) -> Path:
+    path = out or Path("results") / f"{mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def machine_facts(backends: int, backend_cpus: float | None) -> Row:
+    """What a reader needs to compare our numbers with another machine's."""
+    return {"cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "backends": backends,
+            "backend_cpus": backend_cpus if backend_cpus else "unlimited",
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def command_line() -> str:
+    """The command as typed, for the summary (reproducibility)."""
+    return "mbds bench " + " ".join(sys.argv[sys.argv.index("bench") + 1:]) \
+        if "bench" in sys.argv else " ".join(sys.argv)
+
+
+@contextmanager
+def local_cluster(backends: int, *, backend_cpus: float | None = None,
+                  internal_timing: bool = False, synchronous: str = "NORMAL",
+                  in_memory: bool = False) -> Iterator[str]:
+    """A fresh cluster in a temporary folder, so every run starts from empty files."""
+    with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp:
+        cluster = LocalCluster(Path(tmp) / "data", backends, internal_timing=internal_timing,
+                               synchronous=synchronous, in_memory=in_memory,
+                               backend_cpus=backend_cpus)
+        address = cluster.start()
+        try:
+            yield address
+        finally:
+            cluster.stop()
+
+
+def run_counted(client: Client, text: str) -> tuple[int, int]:
+    """Send one traffic unit; (rows received, records retrieved/changed per the controller).
+
+    Counts `rows.count` instead of decoding the JSON rows: the client's own
+    decoding time would otherwise be part of every measured response.
+    """
+    rows = changed = 0
+    for reply in client.stream(text):
+        kind = reply.WhichOneof("body")
+        if kind == "rows":
+            rows += reply.rows.count
+        elif kind == "done":
+            changed += reply.done.stats.records_retrieved
+    return rows, changed
+
+
+def rng(seed: int, *parts: object) -> random.Random:
+    """An independent, reproducible stream per (seed, user, purpose)."""
+    return random.Random("-".join(map(str, (seed, *parts))))
+
+
+def padded(prefix: str, width: int) -> str:
+    """A string of exactly `width` characters (fixed-size fields, like the seeds' records)."""
+    return (prefix + "x" * width)[:width]
+
+
+def quote(s: str) -> str:
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class Gate:
+    """Start every worker thread at once and time from the release to the last finish."""
+
+    def __init__(self, workers: int) -> None:
+        self.barrier = threading.Barrier(workers + 1)
+        self.errors: list[BaseException] = []
+        self.t0 = 0.0
+
+    def run(self, targets: Sequence[Callable[[], None]]) -> float:
+        def wrap(fn: Callable[[], None]) -> Callable[[], None]:
+            def go() -> None:
+                try:
+                    self.barrier.wait()
+                    fn()
+                except BaseException as e:      # noqa: BLE001 — re-raised in the caller
+                    self.errors.append(e)
+                    self.barrier.abort()
+            return go
+        threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+        for t in threads:
+            t.start()
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
+        self.t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - self.t0
+        errs = [e for e in self.errors if not isinstance(e, threading.BrokenBarrierError)]
+        if errs:
+            raise errs[0]
+        return elapsed
+
+
+# --- result files -------------------------------------------------------------------------
+
+def write_csv(path: Path, rows: Sequence[Row]) -> None:
+    cols: list[str] = []
+    for r in rows:
+        cols += [c for c in r if c not in cols]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.1f}"
+    return str(v)
+
+
+def md_table(columns: Sequence[str], rows: Sequence[Row]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_summary(path: Path, title: str, facts: Row, columns: Sequence[str],
+                  rows: Sequence[Row], notes: Sequence[str] = ()) -> None:
+    text = [f"# {title}", "", "```sh", command_line(), "```", "",
+            "Machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()), "",
+            md_table(columns, rows), ""]
+    text += [f"- {n}" for n in notes]
+    path.write_text("\n".join(text) + "\n")
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Row]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(*(fmt(r.get(c, "")) for c in columns))
+    Console().print(table)
+
+
+def progress() -> Any:
+    """A rich progress bar on stderr (stdout keeps the table clean for piping)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    return Progress("[progress.description]{task.description}", BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
+
+
+def fail(e: Exception) -> None:
+    """Errors from the system end the run with a message, not a traceback."""
+    if isinstance(e, ClientError):
+        raise click.ClickException(f"{e.code}: {e}")
+    raise click.ClickException(str(e))

@@ -1,0 +1,204 @@
+"""`mbds bench paper`: the paper's experiments (SPEC §5) for any list of backend counts.
+
+Configurations: A (1 backend, the database), B_n (n backends, the same
+database), C_n (n backends, n times the database: MULTI = One, Two, …), each
+with internal timing off (.E) and, for A and B_n, on (.I). Every
+configuration gets a fresh cluster, so no run sees another's data or caches.
+Response time is measured as the paper did — from issuing the request to
+receiving the whole answer — by a client that counts the streamed rows
+without decoding them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import click
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.progress import Progress
+
+from loadgen import paper_report
+from mbds import paper as P
+from mbds.client import Client
+from mbds.cluster import LocalCluster
+
+console = Console()
+
+
+@dataclass
+class Config:
+    name: str          # e.g. "A.E", "B4.I"
+    kind: str          # A | B | C
+    backends: int
+    multi: int
+    timing: bool
+
+    @property
+    def records(self) -> int:
+        return 1000 * self.multi       # times the scale factor
+
+
+def configurations(backends: list[int], timings: list[bool]) -> list[Config]:
+    out = []
+    for timing in timings:
+        tag = "I" if timing else "E"
+        out.append(Config(f"A.{tag}", "A", 1, 1, timing))
+        for n in (b for b in backends if b > 1):
+            out.append(Config(f"B{n}.{tag}", "B", n, 1, timing))
+            if not timing:    # like the paper, C is measured without internal timing
+                out.append(Config(f"C{n}.{tag}", "C", n, n, timing))
+    return out
+
+
+@dataclass
+class ConfigResult:
+    config: Config
+    times_ms: dict[int, list[float]] = field(default_factory=dict)      # request -> runs
+    records: dict[int, int] = field(default_factory=dict)
+    clusters: dict[int, int] = field(default_factory=dict)
+    handlers: dict[int, list[dict]] = field(default_factory=dict)      # Table 8 rows
+    load_s: float = 0.0
+
+    def mean(self, req: int) -> float:
+        return statistics.fmean(self.times_ms[req])
+
+    def sd(self, req: int) -> float:
+        runs = self.times_ms[req]
+        return statistics.stdev(runs) if len(runs) > 1 else 0.0
+
+
+def timed_request(client: Client, text: str) -> tuple[float, int, int]:
+    """(response time ms, records received, clusters examined) of one request."""
+    t0 = time.perf_counter()
+    records = clusters = 0
+    for reply in client.stream(text):
+        kind = reply.WhichOneof("body")
+        if kind == "rows":
+            records += reply.rows.count
+        elif kind == "done":
+            clusters = reply.done.stats.clusters_examined
+    return (time.perf_counter() - t0) * 1000, records, clusters
+
+
+def scrape_handlers(urls: list[str]) -> dict[tuple[str, str, str], list[float]]:
+    """(process, handler, backend) -> [sum seconds, count] from every /metrics URL."""
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        for fam in text_string_to_metric_families(text):
+            if fam.name != "mbds_handler_seconds":
+                continue
+            for s in fam.samples:
+                if s.name.endswith(("_sum", "_count")):
+                    key = (s.labels["process"], s.labels["handler"], s.labels["backend"])
+                    slot = out.setdefault(key, [0.0, 0.0])
+                    slot[0 if s.name.endswith("_sum") else 1] += s.value
+    return out
+
+
+def handler_means(before: dict, after: dict, runs: int) -> list[dict]:
+    rows = []
+    for key in sorted(after):
+        s = after[key][0] - before.get(key, [0.0, 0.0])[0]
+        c = after[key][1] - before.get(key, [0.0, 0.0])[1]
+        if c > 0:
+            rows.append({"process": key[0], "handler": key[1], "backend": key[2] or "-",
+                         "mean_ms": s / c * 1000, "calls_per_request": c / runs})
+    return rows
+
+
+def run_config(cfg: Config, *, scale: int, record_bytes: int, runs: int, requests: list[int],
+               table8: list[int], backend_cpus: float | None, workdir: Path,
+               metrics_base: int, progress: Progress) -> ConfigResult:
+    res = ConfigResult(cfg)
+    cluster = LocalCluster(workdir / cfg.name, cfg.backends, internal_timing=cfg.timing,
+                           backend_cpus=backend_cpus,
+                           metrics_port=metrics_base if cfg.timing else None, timeout=600)
+    cluster.start()
+    try:
+        with Client(cluster.address, timeout=600) as c:
+            t0 = time.perf_counter()
+            c.define(P.definition_yaml(scale))
+            for _ in c.load(P.FILE, P.ATTRIBUTES, P.records(scale, cfg.multi, record_bytes)):
+                pass
+            res.load_s = time.perf_counter() - t0
+            urls = []
+            if cfg.timing:
+                s = c.status()
+                urls = [s.metrics_url] + [b.metrics_url for b in s.backends]
+            task = progress.add_task(cfg.name, total=len(requests) * runs)
+            for n in requests:
+                text = P.REQUESTS[n - 1].abdl(scale)
+                timed_request(c, text)            # warm-up: caches as in steady state
+                before = scrape_handlers(urls) if cfg.timing and n in table8 else None
+                times = []
+                for _ in range(runs):
+                    ms, records, clusters = timed_request(c, text)
+                    times.append(ms)
+                    progress.advance(task)
+                res.times_ms[n], res.records[n], res.clusters[n] = times, records, clusters
+                if before is not None:
+                    res.handlers[n] = handler_means(before, scrape_handlers(urls), runs)
+            progress.remove_task(task)
+    finally:
+        cluster.stop()
+    return res
+
+
+def machine(backend_cpus: float | None) -> dict:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "backend_cpus": backend_cpus,
+            "mode": "local processes"}
+
+
+@click.command()
+@click.option("--backends", default="1,2,4", show_default=True,
+              help="Backend counts n: A is 1, B_n and C_n for each n > 1.")
+@click.option("--scale", type=int, default=1, show_default=True,
+              help="k: the database has 1000k records (C_n: n times that).")
+@click.option("--record-bytes", type=int, default=200, show_default=True)
+@click.option("--runs", type=int, default=10, show_default=True, help="Runs per request.")
+@click.option("--requests", default="1,2,3,4,5,6,7,8,9", show_default=True)
+@click.option("--timing", default="off,on", show_default=True,
+              help="Internal timing: off (.E configurations), on (.I), or both.")
+@click.option("--table8", default="1,2", show_default=True,
+              help="Requests whose per-handler means make Table 8 (needs timing on).")
+@click.option("--backend-cpus", type=float, default=None,
+              help="CPU budget per backend (cgroup), e.g. 0.5: a backend is its own machine.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Results directory (default results/paper-<time>).")
+@click.option("--metrics-base", type=int, default=19100, show_default=True)
+def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str, timing: str,
+          table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int) -> None:
+    """Reproduce the paper's Tables 3–8 with local clusters."""
+    counts = sorted({int(x) for x in backends.split(",")} | {1})
+    timings = [t.strip() == "on" for t in timing.split(",")]
+    reqs = [int(x) for x in requests.split(",")]
+    out = out or Path("results") / time.strftime("paper-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[ConfigResult] = []
+    with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp, Progress(
+            console=console, transient=True) as progress:
+        for cfg in configurations(counts, timings):
+            results.append(run_config(
+                cfg, scale=scale, record_bytes=record_bytes, runs=runs, requests=reqs,
+                table8=[int(x) for x in table8.split(",") if x], backend_cpus=backend_cpus,
+                workdir=Path(tmp), metrics_base=metrics_base, progress=progress))
+            console.print(f"{cfg.name}: loaded {cfg.records * scale} records in "
+                          f"{results[-1].load_s:.1f} s; measured {len(reqs)} requests x {runs}")
+    meta = {"scale": scale, "record_bytes": record_bytes, "runs": runs, "requests": reqs,
+            "backends": counts, "machine": machine(backend_cpus),
+            "configs": [asdict(r.config) for r in results]}
+    paper_report.write(out, meta, results, console)
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    console.print(f"results in {out}")

@@ -1,0 +1,48 @@
+"""A fixed CPU budget for one local process, so each backend behaves like its own machine.
+
+Uses the cgroup CPU controller (v2 `cpu.max`, or v1 `cpu.cfs_quota_us`). Needs
+write access to the cgroup tree (root); `apply` says why when it cannot.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+V2_ROOT = Path("/sys/fs/cgroup")
+V1_ROOT = Path("/sys/fs/cgroup/cpu")
+PERIOD_US = 100_000
+
+
+class CpuLimitUnavailable(RuntimeError):
+    pass
+
+
+def apply(pid: int, cpus: float, name: str) -> Path:
+    """Put `pid` in its own cgroup limited to `cpus` CPUs; returns the cgroup folder."""
+    quota = max(1000, int(cpus * PERIOD_US))
+    try:
+        if (V2_ROOT / "cgroup.controllers").exists():
+            group = V2_ROOT / f"mbds-{name}"
+            group.mkdir(exist_ok=True)
+            (group / "cpu.max").write_text(f"{quota} {PERIOD_US}\n")
+        elif (V1_ROOT / "cpu.cfs_quota_us").exists():
+            group = V1_ROOT / f"mbds-{name}"
+            group.mkdir(exist_ok=True)
+            (group / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
+            (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        else:
+            raise CpuLimitUnavailable("no cgroup CPU controller is mounted")
+        (group / "cgroup.procs").write_text(f"{pid}\n")
+    except OSError as e:
+        raise CpuLimitUnavailable(f"cannot set a CPU budget ({e}); run as root or with "
+                                  "--compose") from None
+    return group
+
+
+def read_limit(group: Path) -> float:
+    """The CPUs a cgroup made by `apply` allows (for recording with results)."""
+    if (group / "cpu.max").exists():
+        quota, period = (group / "cpu.max").read_text().split()
+        return float("inf") if quota == "max" else int(quota) / int(period)
+    return int((group / "cpu.cfs_quota_us").read_text()) / int(
+        (group / "cpu.cfs_period_us").read_text())
