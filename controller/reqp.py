@@ -59,12 +59,30 @@ def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -
 
 
 class Reqp:
+    CACHE_SIZE = 512
+
     def __init__(self, directory: Directory) -> None:
         self.directory = directory
+        # Prepared traffic units by text, like a DBMS's prepared statements: a repeated
+        # request skips parsing and checking. Valid while the set of files is the same
+        # (preparation reads templates only); inserts are not kept (IIG places each).
+        self._cache: dict[str, tuple[list[Prepared], bool]] = {}
+        self._cache_files: tuple[str, ...] = ()
 
     def prepare(self, text: str) -> tuple[list[Prepared], bool]:
+        files = tuple(self.directory.files)
+        if files != self._cache_files:
+            self._cache, self._cache_files = {}, files
+        hit = self._cache.get(text)
+        if hit is not None:
+            return hit
         tu = parse(text)
-        return [self._request(r) for r in tu.requests], tu.transaction
+        prepared = [self._request(r) for r in tu.requests], tu.transaction
+        if not any(p.inserts for p in prepared[0]):
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[text] = prepared
+        return prepared
 
     def _file(self, name: str, pos: ast.Pos | None) -> FileSchema:
         schema = self.directory.files.get(name.upper())
