@@ -1,0 +1,49 @@
+"""A small end-to-end `mbds bench paper`: every configuration runs, and the outputs are
+consistent (record counts match Table 2 for each database size, tables and files exist)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from loadgen.formulas import improvement, improvement_bound, reduction
+from loadgen.paper_bench import paper
+from mbds import paper as P
+
+
+def test_bench_paper_small_run(tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    result = CliRunner().invoke(paper, [
+        "--backends", "2", "--runs", "2", "--requests", "1,4,7", "--timing", "off,on",
+        "--table8", "1", "--out", str(out), "--metrics-base", "19400"])
+    assert result.exit_code == 0, result.output
+    for name in ("runs.csv", "summary.json", "report.md", "meta.json", "response_time.png",
+                 "improvement.png", "reduction.png"):
+        assert (out / name).stat().st_size > 0, name
+    summary = json.loads((out / "summary.json").read_text())
+    configs = {r["config"]: r for r in summary["results"]}
+    assert set(configs) == {"A.E", "B2.E", "C2.E", "A.I", "B2.I"}
+    for name, r in configs.items():
+        multi = 2 if name.startswith("C") else 1
+        for q, stats in r["requests"].items():
+            req = P.REQUESTS[int(q) - 1]
+            assert stats["records"] == req.expected_records(1, multi), (name, q)
+            assert stats["clusters_examined"] == req.clusters
+            assert len(stats["runs_ms"]) == 2 and all(ms > 0 for ms in stats["runs_ms"])
+    # The tables are the formulas applied to the means.
+    a, b, c = (configs[x]["requests"]["4"]["mean_ms"] for x in ("A.E", "B2.E", "C2.E"))
+    t4 = summary["tables"]["table4"]
+    assert t4["rows"][1][1] == f"{improvement(a, b):.2f}%"
+    assert improvement(a, b) < 100 and improvement_bound(2) == 50
+    assert summary["tables"]["table5"]["rows"][1][1] == f"{reduction(a, c):.2f}%"
+    # Table 8 has every process's handlers for request 1, on each backend.
+    t8 = summary["tables"]["table8"]["rows"]
+    assert {row[2] for row in t8} >= {"REQP", "PP", "DM", "CC", "RECP"}
+    assert {row[4] for row in t8 if row[0] == "B2.I"} >= {"b0", "b1"}
+    with (out / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 5 * 3 * 2
+    assert "Table 4" in (out / "report.md").read_text()
