@@ -19,7 +19,9 @@ from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
 from mbds.values import Value, from_pb, to_pb
 
-BATCH_ROWS = 1000          # rows per RowBatch: well under gRPC's 4 MiB message limit
+BATCH_ROWS = 1000          # rows per RowBatch at most
+BATCH_BYTES = 1 << 20      # …and about this much JSON: well under gRPC's 4 MiB limit
+STEP_ROWS = 100            # rows fetched and encoded per step
 SQL_OPS = ["=", "!=", "<", "<=", ">", ">="]   # indexed by pb.Relop
 
 
@@ -77,10 +79,27 @@ def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],
     where, wparams = _where(plan)
     cur = conn.execute(f"SELECT {select} FROM {table(plan.schema.name)} WHERE {where}",
                        sparams + wparams)
-    while rows := cur.fetchmany(BATCH_ROWS):
-        yield pb.BackendReply(request_index=request_index, rows=pb.RowBatch(
-            rows_json=json.dumps(rows, separators=(",", ":")).encode(), count=len(rows),
-            side=side))
+    parts: list[bytes] = []
+    size = count = 0
+    step = 10     # rows per fetch; adapts to the record size seen so far
+    while rows := cur.fetchmany(step):
+        chunk = json.dumps(rows, separators=(",", ":")).encode()[1:-1]
+        step = max(1, min(STEP_ROWS, BATCH_BYTES // 4 // max(1, len(chunk) // len(rows))))
+        parts.append(chunk)
+        size += len(chunk)
+        count += len(rows)
+        # A batch ends at BATCH_ROWS rows or BATCH_BYTES of JSON, whichever comes first,
+        # so large records or bodies never push a message past gRPC's size limit.
+        if count >= BATCH_ROWS or size >= BATCH_BYTES:
+            yield _batch(parts, count, request_index, side)
+            parts, size, count = [], 0, 0
+    if count:
+        yield _batch(parts, count, request_index, side)
+
+
+def _batch(parts: list[bytes], count: int, request_index: int, side: int) -> pb.BackendReply:
+    return pb.BackendReply(request_index=request_index, rows=pb.RowBatch(
+        rows_json=b"[" + b",".join(parts) + b"]", count=count, side=side))
 
 
 def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: str,

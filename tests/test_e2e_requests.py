@@ -120,3 +120,16 @@ def test_record_body_round_trips(census: Running) -> None:
     [r] = c.execute("RETRIEVE ((FILE = Census) and (CITY = Bodied)) (ALL)")
     assert r.records == [{"FILE": "CENSUS", "CITY": "Bodied", "POP": 1, "AREA": None,
                           "STATE": None, "BODY": "line one\nline } two"}]
+
+
+def test_large_bodies_stream_in_batches_under_the_message_limit(census: Running) -> None:
+    c = census.client
+    body = "x" * 200_000                 # 40 records of 200 KB: 8 MB in one answer
+    c.execute("[" + "; ".join(f"INSERT (<FILE, Census>, <CITY, Big{i}>) {{{body}}}"
+                              for i in range(40)) + "]")
+    batches = [r.rows.count for r in c.stream(
+        "RETRIEVE ((FILE = Census) and (CITY >= Big) and (CITY < Bih)) (CITY, BODY)")
+        if r.WhichOneof("body") == "rows"]
+    assert sum(batches) == 40 and len(batches) > 1
+    [res] = c.execute("RETRIEVE ((FILE = Census) and (CITY = Big7)) (BODY)")
+    assert res.records == [{"BODY": body}]
