@@ -13,3 +13,11 @@ def bench() -> None:
 from loadgen.paper_bench import paper  # noqa: E402
 
 bench.add_command(paper)
+
+from loadgen.kv import kv  # noqa: E402  (seed 002: key/value durability and threads)
+from loadgen.tp import tp  # noqa: E402  (seed 001: transactions of random reads)
+from loadgen.users import users  # noqa: E402  (seed 000: IDM tests 1 and 2)
+
+bench.add_command(users)
+bench.add_command(tp)
+bench.add_command(kv)

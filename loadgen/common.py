@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -72,9 +72,18 @@ def machine_facts(backends: int, backend_cpus: float | None) -> Row:
 
 
 def command_line() -> str:
-    """The command as typed, for the summary (reproducibility)."""
-    return "mbds bench " + " ".join(sys.argv[sys.argv.index("bench") + 1:]) \
-        if "bench" in sys.argv else " ".join(sys.argv)
+    """The run as a command with every option spelled out, so it can be repeated exactly."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return " ".join(sys.argv)
+    parts = ["mbds bench", ctx.info_name or ""]
+    for p in ctx.command.params:
+        value = ctx.params.get(p.name or "")
+        if not isinstance(p, click.Option) or value is None or value is False:
+            continue
+        flag = max(p.opts, key=len)
+        parts.append(flag if p.is_flag else f"{flag} {value}")
+    return " ".join(parts)
 
 
 @contextmanager
@@ -93,20 +102,32 @@ def local_cluster(backends: int, *, backend_cpus: float | None = None,
             cluster.stop()
 
 
-def run_counted(client: Client, text: str) -> tuple[int, int]:
-    """Send one traffic unit; (rows received, records retrieved/changed per the controller).
+class Counted(NamedTuple):
+    rows: int              # rows received
+    changed: int           # records retrieved or changed, as the controller counted them
+    clusters: int          # clusters examined
+    system_ms: float       # the controller's own elapsed time (inside MBDS, no client)
+    backend_ms: float      # the slowest backend's own time (DM + CC + RECP)
+
+
+def run_counted(client: Client, text: str) -> Counted:
+    """Send one traffic unit and count what came back.
 
     Counts `rows.count` instead of decoding the JSON rows: the client's own
     decoding time would otherwise be part of every measured response.
     """
-    rows = changed = 0
+    rows = changed = clusters = 0
+    system_ms = backend_ms = 0.0
     for reply in client.stream(text):
         kind = reply.WhichOneof("body")
         if kind == "rows":
             rows += reply.rows.count
         elif kind == "done":
             changed += reply.done.stats.records_retrieved
-    return rows, changed
+            clusters += reply.done.stats.clusters_examined
+            system_ms += reply.done.elapsed_ms
+            backend_ms += max((b.elapsed_ms for b in reply.done.stats.backends), default=0.0)
+    return Counted(rows, changed, clusters, system_ms, backend_ms)
 
 
 def rng(seed: int, *parts: object) -> random.Random:
@@ -203,7 +224,10 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Row]) -> None
         table.add_column(c, justify="right")
     for r in rows:
         table.add_row(*(fmt(r.get(c, "")) for c in columns))
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:     # piped or captured: do not squeeze columns into 80
+        console = Console(width=200)
+    console.print(table)
 
 
 def progress() -> Any:

@@ -2,8 +2,16 @@
 
 import pytest
 
-from loadgen.formulas import (PAPER_IMPROVEMENT, PAPER_REDUCTION, PAPER_TABLE3, PAPER_TABLE6,
-                              improvement, improvement_bound, overhead, reduction)
+from loadgen.formulas import (
+    PAPER_IMPROVEMENT,
+    PAPER_REDUCTION,
+    PAPER_TABLE3,
+    PAPER_TABLE6,
+    improvement,
+    improvement_bound,
+    overhead,
+    reduction,
+)
 
 
 def test_improvement_and_bound() -> None:
