@@ -181,6 +181,11 @@ def machine(backend_cpus: float | None) -> dict:
 def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str, timing: str,
           table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int) -> None:
     """Reproduce the paper's Tables 3–8 with local clusters."""
+    try:
+        import matplotlib  # noqa: F401 - fail before hours of measuring, not after
+    except ImportError:
+        raise click.ClickException("mbds bench paper draws plots with matplotlib: "
+                                   "pip install 'mbds[bench]'") from None
     counts = sorted({int(x) for x in backends.split(",")} | {1})
     timings = [t.strip() == "on" for t in timing.split(",")]
     reqs = [int(x) for x in requests.split(",")]

@@ -3,7 +3,7 @@
 # database loaded, Table 2 printed (with each request's median over 10 runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check .
+python3 -m pip install --quiet --disable-pip-version-check '.[bench]'
 data=$(mktemp -d)
 port=${MBDS_PORT:-50051}
 mbds up --backends "${BACKENDS:-2}" --port "$port" --data-dir "$data" &
