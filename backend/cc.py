@@ -50,7 +50,6 @@ class LockTable:
         self._queues: dict[Hashable, list[_Request]] = {}
         self._sets: OrderedDict[tuple[Hashable, int], _LockSet] = OrderedDict()
         self._serial = 0
-        self.waits: list[float] = []   # seconds each lock set waited (drained by metrics)
 
     def request(self, owner: Hashable, wants: dict[Hashable, str]) -> tuple[Hashable, int]:
         """Queue a lock set now (the caller's turn is fixed here); returns its handle."""
@@ -73,7 +72,7 @@ class LockTable:
 
     async def acquire(self, owner: Hashable, wants: dict[Hashable, str]) -> tuple[Hashable, int]:
         handle = self.request(owner, wants)
-        self.waits.append(await self.wait(handle))
+        await self.wait(handle)
         return handle
 
     def release(self, handle: tuple[Hashable, int]) -> None:

@@ -93,7 +93,23 @@ class BackendNode:
         return metrics.handler(process.upper(), name, self.name)
 
     def state(self, key: tuple[str, int]) -> TuState:
-        return self.tus.setdefault(key, TuState())
+        st = self.tus.get(key)
+        if st is None:
+            st = self.tus[key] = TuState()
+            # Forget it if its traffic unit never shows up (e.g. late peer ids of a
+            # unit already finished here); a running unit re-arms this when it ends.
+            self.loop.call_later(self.result_timeout * 2, self._forget_unarrived, key, st)
+        return st
+
+    def _forget_unarrived(self, key: tuple[str, int], st: TuState) -> None:
+        if self.tus.get(key) is st and not st.arrived.is_set():
+            del self.tus[key]
+
+    async def _acquire(self, kind: str, owner: object, wants: dict) -> tuple:
+        handle = self.cc.request(owner, wants)
+        waited = await self.cc.wait(handle)
+        metrics.LOCK_WAIT_SECONDS.labels(kind, self.name).observe(waited)
+        return handle
 
     # ------------------------------------------------------------ directory --
     async def apply_directory(self, update: pb.DirectoryUpdate) -> None:
@@ -121,21 +137,22 @@ class BackendNode:
         key = (self.session.epoch, tu.seq)
         st = self.state(key)
         st.tu = tu
+        # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
             if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
                 await self._apply_with_locks(tu.directory)
             attrs = dm.type_c_attributes(self.directory, tu)
-            with self._h("cc.attribute_lock"):
-                handle = await self.cc.acquire(key, {("attr", *a): S for a in attrs})
-            with self._h("dm.attribute_locked"), self._h("dm.descriptor_search"):
-                st.found = dm.descriptor_search(self.directory, tu, self.session.index,
-                                                len(self.session.peers) or 1)
-            with self._h("cc.attribute_release"):
-                self.cc.release(handle)
-            if len(self.session.peers) > 1:
+        with self._h("cc.attribute_lock"):
+            handle = await self._acquire("attribute", key, {("attr", *a): S for a in attrs})
+        with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
+            st.found = dm.descriptor_search(self.directory, tu, self.session.index,
+                                            len(self.session.peers) or 1)
+            if len(self.session.peers) > 1 and tu.predicate_count:
                 self.peer_links.broadcast(pb.DescriptorIds(
                     epoch=key[0], seq=tu.seq, from_index=self.session.index,
                     results=dm.to_pb_results(st.found)))
+        with self._h("cc.attribute_release"):
+            self.cc.release(handle)
         st.arrived.set()
         self.stage2.put_nowait((key, st))
 
@@ -148,7 +165,7 @@ class BackendNode:
             for attr in self.directory.files[c.file].directory_attributes \
                     if c.file in self.directory.files else []:
                 wants[("didgroup", c.file, attr)] = X
-        handle = await self.cc.acquire("directory", wants)
+        handle = await self._acquire("directory", "directory", wants)
         try:
             await self.apply_directory(update)
         finally:
@@ -196,8 +213,8 @@ class BackendNode:
         st.found = found
         groups = {("didgroup", f, p.attr): S for _, c, p in dm.predicates(tu) for f in c.files}
         with self._h("cc.did_group_lock"):
-            handle = await self.cc.acquire(key, groups)
-        with self._h("dm.did_groups_locked"), self._h("dm.cluster_search"):
+            handle = await self._acquire("did_group", key, groups)
+        with self._h("dm.did_groups_locked"):     # cluster search and address generation
             plans = dm.plan_requests(self.directory, tu, found)
         with self._h("cc.did_group_release"):
             self.cc.release(handle)

@@ -167,6 +167,12 @@ class Coordinator:
 
     async def load(self, chunk: pb.LoadRequest) -> AsyncIterator[pb.ExecuteReply]:
         """Bulk INSERT: one traffic unit per chunk, checked like ABDL inserts."""
+        with metrics.handler("REQP", "load"):
+            p = self._prepare_load(chunk)
+        async for reply in self.run([p], transaction=False):
+            yield reply
+
+    def _prepare_load(self, chunk: pb.LoadRequest) -> Prepared:
         schema = self.directory.files.get(chunk.file.upper())
         if schema is None:
             raise SemanticError(f"unknown file {chunk.file.upper()}")
@@ -187,9 +193,8 @@ class Coordinator:
                                                           schema.name)
             inserts.append(PreparedInsert(schema.name, values,
                                           row.body if row.HasField("body") else None))
-        p = Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name), inserts=inserts)
-        async for reply in self.run([p], transaction=False):
-            yield reply
+        return Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name),
+                        inserts=inserts)
 
     async def define(self, text: str) -> tuple[list[str], list[str]]:
         schemas = parse_definition(text)

@@ -137,25 +137,29 @@ async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[
                         stats.records_retrieved += d.records_retrieved
                         stats.backends.extend(d.backends)
                         continue
+                    forward = None
                     if kind == "rows":
                         if p.op == "RETRIEVE_COMMON":
                             sides[msg.rows.side].extend(json.loads(msg.rows.rows_json))
                         else:
-                            yield pb.ExecuteReply(request_index=i, rows=pb.RowBatch(
+                            forward = pb.ExecuteReply(request_index=i, rows=pb.RowBatch(
                                 rows_json=msg.rows.rows_json, count=msg.rows.count))
                     elif kind == "group" and aggs is not None:
                         aggs.add(msg.group)
-                    if metrics.internal_timing():
+                    if metrics.internal_timing():   # PP's own work, not the client's
                         metrics.HANDLER_SECONDS.labels("PP", "results", "").observe(
                             time.perf_counter() - t_msg)
+                    if forward is not None:
+                        yield forward
                     pending[b] = asyncio.ensure_future(streams[b].next())
             with metrics.handler("PP", "reply"):
+                final: list[pb.ExecuteReply] = []
                 if aggs is not None:
-                    for r in _batches(i, aggs.rows()):
-                        yield r
+                    final = _batches(i, aggs.rows())
                 elif p.op == "RETRIEVE_COMMON":
-                    for r in _batches(i, _join(p, *sides)):
-                        yield r
+                    final = _batches(i, _join(p, *sides))
+            for r in final:
+                yield r
             if p.op == "INSERT":
                 stats.clusters_examined = insert_clusters[i]
             stats.backends.sort(key=lambda s: s.backend)
@@ -170,7 +174,6 @@ async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[
                 raise BackendFailure(s.link, TrafficUnitAborted(
                     f"backend {s.link.name} sent {msg.WhichOneof('body')} instead of commit"))
     except BackendFailure as f:
-        metrics.REQUEST_ERRORS.labels("backend").inc()
         for link in links:
             if link is not f.link and link.up:
                 link.send(pb.BusMessage(abort=pb.Abort(seq=seq, reason=str(f.error))))

@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from controller.abdl import AbdlSyntaxError
 from controller.coordinator import Coordinator
+from mbds import metrics
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -21,6 +22,8 @@ log = logging.getLogger("mbds.controller")
 
 
 async def _fail(context, e: Exception) -> None:  # noqa: ANN001
+    # One count per failed call, by kind: AbdlSyntaxError, SemanticError, BackendUnavailable...
+    metrics.REQUEST_ERRORS.labels(type(e).__name__).inc()
     if isinstance(e, AbdlSyntaxError):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"syntax error: {e}")
     if isinstance(e, MbdsError):

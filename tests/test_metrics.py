@@ -1,0 +1,251 @@
+"""Internal timing (SPEC §5), read the way Prometheus reads it: /metrics over HTTP.
+
+A known request must move each of its message handlers' `mbds_handler_seconds`
+count by exactly the number of times that handler runs (SPEC §4's retrieve
+path), on the controller and on every backend; with internal timing off no
+handler series moves while the request-level metrics still do. Also
+`mbds report handlers`, which computes the paper's Table 8 from the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+from mbds import paper as P
+from mbds.cluster import ProcessFailed
+from mbds.report import report
+from tests.conftest import Running
+
+Labels = tuple[tuple[str, str], ...]
+Samples = dict[tuple[str, Labels], float]
+Key = tuple[str, str, str]           # (process, handler, backend)
+
+INSERT2 = ("[INSERT (<FILE, PAPER>, <INTE1, 7>, <INTE2, 7>, <MULTI, Extra>); "
+           "INSERT (<FILE, PAPER>, <INTE1, 950>, <INTE2, 950>, <MULTI, Extra>)]")
+
+
+# ------------------------------------------------------------- helpers ----
+def free_port_block(n: int, attempts: int = 50) -> int:
+    """A base port P with P … P+n-1 all free on 127.0.0.1 (right now)."""
+    for _ in range(attempts):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def start_with_metrics(cluster_factory: Callable[..., Running], n: int,
+                       **kw: Any) -> tuple[Running, int]:
+    """A cluster whose controller serves /metrics on M and backend K on M+1+K."""
+    for attempt in range(3):
+        base = free_port_block(n + 1)
+        try:
+            return cluster_factory(n, name=f"data{attempt}", metrics_port=base, **kw), base
+        except ProcessFailed:          # a port was taken meanwhile: try another block
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def load_paper(r: Running) -> None:
+    r.client.define(P.definition_yaml(1))
+    list(r.client.load(P.FILE, P.ATTRIBUTES, P.records(1)))
+
+
+def metrics_urls(r: Running) -> list[str]:
+    s = r.client.status()
+    return [s.metrics_url, *(b.metrics_url for b in s.backends)]
+
+
+def scrape(urls: list[str]) -> Samples:
+    out: Samples = {}
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                key = (s.name, tuple(sorted(s.labels.items())))
+                out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def series(samples: Samples, name: str) -> dict[Labels, float]:
+    return {labels: v for (n, labels), v in samples.items() if n == name}
+
+
+def handler_counts(samples: Samples) -> dict[Key, float]:
+    return {(d["process"], d["handler"], d["backend"]): v
+            for labels, v in series(samples, "mbds_handler_seconds_count").items()
+            for d in [dict(labels)]}
+
+
+def delta(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)}
+
+
+def wait_for(urls: list[str], before: Samples, expected: dict[Key, float],
+             timeout: float = 10.0) -> dict[Key, float]:
+    """Handler count deltas once they reach `expected` (some handlers, e.g.
+    cc.cluster_release, are timed just after the answer left); then a short settle to
+    catch anything counted twice."""
+    deadline = time.monotonic() + timeout
+    got: dict[Key, float] = {}
+    while time.monotonic() < deadline:
+        got = delta(handler_counts(before), handler_counts(scrape(urls)))
+        if got == expected:
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    return delta(handler_counts(before), handler_counts(scrape(urls)))
+
+
+def expected_counts(backends: list[str], *, requests: int, rows_messages: int,
+                    inserted: int, predicates: bool = True) -> dict[Key, float]:
+    """SPEC §4: how often each handler runs for one traffic unit of `requests` requests."""
+    n = len(backends)
+    exp: dict[Key, float] = {("REQP", "request", ""): 1,
+                             ("PP", "request_count", ""): requests,
+                             ("PP", "aggregate_ops", ""): requests,
+                             ("PP", "reply", ""): requests}
+    if rows_messages:
+        exp[("PP", "results", "")] = rows_messages      # every backend message but 'done'
+    if inserted:
+        exp[("IIG", "place", "")] = inserted            # one per inserted record
+    per_backend = {("DM", h): 1 for h in ("traffic_unit", "attribute_locked",
+                                          "did_groups_locked", "clusters_locked")}
+    per_backend |= {("CC", h): 1 for h in ("attribute_lock", "attribute_release",
+                                           "did_group_lock", "did_group_release",
+                                           "cluster_lock", "cluster_release")}
+    per_backend |= {("RECP", "request"): 1, ("RECP", "process"): requests}
+    if n > 1 and predicates:     # a traffic unit with no predicates exchanges no ids
+        per_backend[("DM", "descriptor_ids")] = n - 1   # one message from every peer
+    for b in backends:
+        for (process, handler), count in per_backend.items():
+            exp[(process, handler, b)] = count
+    return exp
+
+
+def run_counting_rows(r: Running, text: str) -> int:
+    """Run a traffic unit; the number of row batches PP forwarded (= PP results calls)."""
+    return sum(1 for reply in r.client.stream(text) if reply.WhichOneof("body") == "rows")
+
+
+# --------------------------------------------------------------- tests ----
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_each_handler_moves_by_its_count(cluster_factory, n: int) -> None:
+    r, _ = start_with_metrics(cluster_factory, n)
+    load_paper(r)
+    urls = metrics_urls(r)
+    names = [b.name for b in r.client.status().backends]
+    assert len(urls) == n + 1 and all(urls)
+
+    # Paper request 1: one retrieve, two records.
+    before = scrape(urls)
+    rows = run_counting_rows(r, P.REQUESTS[0].abdl())
+    assert rows >= 1
+    expected = expected_counts(names, requests=1, rows_messages=rows, inserted=0)
+    assert wait_for(urls, before, expected) == expected
+    after = scrape(urls)
+    assert delta(series(before, "mbds_request_seconds_count"),
+                 series(after, "mbds_request_seconds_count")) == {(("op", "RETRIEVE"),): 1}
+    records = delta(series(before, "mbds_records_processed_total"),
+                    series(after, "mbds_records_processed_total"))
+    assert sum(records.values()) == 2
+    waits = delta(series(before, "mbds_cc_lock_wait_seconds_count"),
+                  series(after, "mbds_cc_lock_wait_seconds_count"))
+    assert waits == {(("backend", b), ("kind", k)): 1 for b in names
+                     for k in ("attribute", "did_group", "cluster")}
+    moved_sum = delta(series(before, "mbds_handler_seconds_sum"),
+                      series(after, "mbds_handler_seconds_sum"))
+    assert all(v > 0 for v in moved_sum.values())
+
+    # A transaction of two inserts: IIG places each record; RECP processes each request.
+    before = scrape(urls)
+    assert run_counting_rows(r, INSERT2) == 0
+    expected = expected_counts(names, requests=2, rows_messages=0, inserted=2,
+                               predicates=False)
+    assert wait_for(urls, before, expected) == expected
+
+    # An aggregate: one partial group per backend holding records, each a PP results call.
+    before = scrape(urls)
+    results = r.client.execute("RETRIEVE (FILE = PAPER) (COUNT(INTE1))")
+    assert results[0].records == [{"COUNT(INTE1)": 1002}]
+    holding = sum(1 for b in results[0].stats["backends"] if b["records"])
+    expected = expected_counts(names, requests=1, rows_messages=holding, inserted=0)
+    assert wait_for(urls, before, expected) == expected
+
+
+def test_report_handlers_table8(cluster_factory) -> None:
+    r, _ = start_with_metrics(cluster_factory, 2)
+    load_paper(r)
+    names = [b.name for b in r.client.status().backends]
+    res = CliRunner().invoke(report, ["handlers", "--controller", r.cluster.address,
+                                      "--request", "1", "--runs", "4", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.output.splitlines()]
+    got = {(x["process"], x["handler"], x["backend"]): x for x in rows}
+    expected = expected_counts(names, requests=1, rows_messages=0, inserted=0)
+    for key, count in expected.items():
+        assert got[key]["calls_per_request"] == count, key
+        assert got[key]["ms_per_request"] > 0 and got[key]["request"] == 1
+    assert got[("PP", "results", "")]["calls_per_request"] >= 1
+    assert set(got) == set(expected) | {("PP", "results", "")}
+
+    text = CliRunner().invoke(report, ["handlers", "--controller", r.cluster.address,
+                                       "--runs", "2"])
+    assert text.exit_code == 0, text.output
+    assert "Table 8" in text.output and "attribute_locked" in text.output
+
+
+def test_internal_timing_off_times_no_handler(cluster_factory) -> None:
+    r, _ = start_with_metrics(cluster_factory, 2, internal_timing=False)
+    load_paper(r)
+    urls = metrics_urls(r)
+    assert not r.client.status().internal_timing
+    before = scrape(urls)
+    r.client.execute(P.REQUESTS[0].abdl())
+    r.client.execute(INSERT2)
+    time.sleep(0.3)
+    after = scrape(urls)
+    for name in ("mbds_handler_seconds_count", "mbds_handler_seconds_sum",
+                 "mbds_handler_seconds_bucket"):
+        assert series(after, name) == {}, name      # never observed at all
+    assert delta(series(before, "mbds_request_seconds_count"),
+                 series(after, "mbds_request_seconds_count")) == {
+        (("op", "RETRIEVE"),): 1, (("op", "INSERT"),): 2}
+    assert sum(delta(series(before, "mbds_records_processed_total"),
+                     series(after, "mbds_records_processed_total")).values()) == 4
+
+    res = CliRunner().invoke(report, ["handlers", "--controller", r.cluster.address])
+    assert res.exit_code == 1
+    assert "internal timing is off" in res.output
+
+
+def test_report_without_metrics_endpoints(cluster_factory) -> None:
+    r = cluster_factory(1)
+    res = CliRunner().invoke(report, ["handlers", "--controller", r.cluster.address])
+    assert res.exit_code == 1
+    assert "no process serves /metrics" in res.output
