@@ -233,14 +233,11 @@ def status(controller: str) -> None:
                    f"{'on' if s.internal_timing else 'off'}")
 
 
-from mbds.paper_cli import load, paper  # noqa: E402  (registers the paper commands)
+# Commands that live with their subsystems.
+from loadgen.cli import bench  # noqa: E402
+from mbds.paper_cli import load, paper  # noqa: E402
+from mbds.report import report  # noqa: E402
 
-main.add_command(load)
-main.add_command(paper)
+for command in (load, paper, report, bench):
+    main.add_command(command)
 __all__ = ["main", "collect", "stats_dict"]
-
-from loadgen.cli import bench  # noqa: E402  (the load generator's commands)
-
-main.add_command(bench)
-from mbds.report import report  # noqa: E402, I001
-main.add_command(report)
