@@ -10,7 +10,9 @@ record counts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator
 
@@ -26,6 +28,11 @@ from mbds.schema import parse_definition
 from mbds.values import Value, from_pb, to_pb
 
 log = logging.getLogger("mbds.controller")
+
+
+def natural_key(name: str) -> list[object]:
+    """b2 before b10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 class Coordinator:
@@ -46,25 +53,58 @@ class Coordinator:
         self._connecting = asyncio.Lock()
         # Directory entries IIG allocated that no traffic unit has carried yet.
         self.unsent = pb.DirectoryUpdate()
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._open = asyncio.Event()       # cleared while the set of backends changes
+        self._open.set()
 
     # ------------------------------------------------------------ joining --
     async def start(self) -> None:
         """Meet every backend, reconcile directories, rebuild placement, open the buses."""
-        replies = await asyncio.gather(*(self._directory_of(link) for link in self.links))
-        self.links.sort(key=lambda link: link.name)
-        for i, link in enumerate(self.links):
-            link.index = i
+        await self._join(self.links)
+
+    async def _join(self, links: list[BackendLink]) -> None:
+        """Admit backends: read their directories and placement counts, order the set
+        by name, bring every directory up to date, and (re)open every bus."""
+        replies = await asyncio.gather(*(self._directory_of(link) for link in links))
+        if len({r.name for r in replies}) != len(replies):
+            raise BackendUnavailable(f"two backends share a name: "
+                                     f"{sorted(r.name for r in replies)}")
+        for reply in replies:
+            # A known backend at a new address (a re-created container): same data,
+            # same identity; the new link replaces the old one.
+            old = next((x for x in self.links if x.name == reply.name and x not in links),
+                       None)
+            if old is not None:
+                self.links.remove(old)
+                await old.close()
         for reply in replies:
             self.directory.apply(reply.directory)
+            for c in reply.counts:
+                per = self.iig.counts.setdefault(c.cluster_id, {})
+                per[reply.name] = c.records
+            self.iig.totals[reply.name] = sum(c.records for c in reply.counts)
         self.iig.resync()
-        by_name = {r.name: r for r in replies}
+        self.links = sorted({*self.links, *links}, key=lambda x: natural_key(x.name))
+        for i, link in enumerate(self.links):
+            link.index = i
         for link in self.links:
-            for c in by_name[link.name].counts:
-                self.iig.counts.setdefault(c.cluster_id, [0] * len(self.links))[link.index] \
-                    += c.records
-        for link in self.links:
-            await self._sync(link, by_name[link.name].directory_digest)
+            digest = next((r.directory_digest for r in replies if r.name == link.name), None)
+            if digest is None:
+                digest = (await link.hello(self.connect_timeout)).directory_digest
+            await self._sync(link, digest)
             link.open_bus(self._bus_hello(link))
+
+    async def add_backends(self, addresses: list[str]) -> None:
+        """A backend joined (e.g. `--scale backend=4`): admit it between traffic units."""
+        new = [BackendLink(a) for a in addresses
+               if a not in {x.address for x in self.links}]
+        if not new:
+            return
+        async with self._membership():
+            await self._join(new)
+        log.info("backends now: %s", ", ".join(f"{x.name}@{x.address}" for x in self.links))
         log.info("controller joined %d backends: %s", len(self.links),
                  ", ".join(f"{x.name}@{x.address}" for x in self.links))
 
@@ -114,7 +154,7 @@ class Coordinator:
                        tus: dict[int, pb.TrafficUnit]) -> list[int]:
         """IIG: clusters and backends for every inserted record; the clusters per request."""
         clusters_per_request = []
-        n = len(self.links)
+        names = [link.name for link in self.links]
         for i, p in enumerate(prepared):
             clusters: set[int] = set()
             for ins in p.inserts:
@@ -123,7 +163,7 @@ class Coordinator:
                                       for a in schema.directory_attributes[1:]]
                 with metrics.handler("IIG", "place"):
                     cid = self.iig.cluster_of(ins.file, dvals, update)
-                    b = self.iig.choose_backend(cid, n)
+                    b = self.iig.choose_backend(cid, names)
                 clusters.add(cid)
                 rec = tus[b].requests[i].records.add(cluster_id=cid)
                 for v in ins.values:
@@ -135,9 +175,33 @@ class Coordinator:
             clusters_per_request.append(len(clusters))
         return clusters_per_request
 
+    @contextlib.asynccontextmanager
+    async def _membership(self) -> AsyncIterator[None]:
+        """Hold new traffic units and wait for running ones: the bus is reconfigured."""
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._open.set()
+
     async def run(self, prepared: list[Prepared], transaction: bool,
                   update: pb.DirectoryUpdate | None = None,
                   timeout: float | None = None) -> AsyncIterator[pb.ExecuteReply]:
+        await self._open.wait()
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            async for reply in self._run(prepared, transaction, update, timeout):
+                yield reply
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    async def _run(self, prepared: list[Prepared], transaction: bool,
+                   update: pb.DirectoryUpdate | None,
+                   timeout: float | None) -> AsyncIterator[pb.ExecuteReply]:
         await self.ensure_up()
         if update is not None:
             self.unsent.MergeFrom(update)

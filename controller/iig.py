@@ -21,8 +21,10 @@ class Iig:
         self.directory = directory
         self.next_descriptor = directory.max_descriptor_id + 1
         self.next_cluster = directory.max_cluster_id + 1
-        # cluster id -> records per backend index (placement state)
-        self.counts: dict[int, list[int]] = {}
+        # cluster id -> backend name -> records there (placement state). Keyed by name,
+        # not position, so a backend joining the set changes nothing already counted.
+        self.counts: dict[int, dict[str, int]] = {}
+        self.totals: dict[str, int] = {}           # backend name -> records there
 
     def resync(self) -> None:
         self.next_descriptor = max(self.next_descriptor, self.directory.max_descriptor_id + 1)
@@ -108,11 +110,14 @@ class Iig:
             descriptors=[self.directory.descriptors[i].to_pb() for i in dids],
             clusters=[pb.Cluster(id=cid, file=file, descriptor_ids=dids)])
 
-    def choose_backend(self, cid: int, n: int) -> int:
-        """The backend with the fewest records of this cluster (lowest index on ties)."""
-        counts = self.counts.setdefault(cid, [0] * n)
-        if len(counts) < n:
-            counts.extend([0] * (n - len(counts)))
-        best = min(range(n), key=counts.__getitem__)
-        counts[best] += 1
+    def choose_backend(self, cid: int, backends: list[str]) -> int:
+        """The backend (index into `backends`) with the fewest records of this cluster;
+        on ties the one with the fewest records overall, so many small clusters (say,
+        one per type-C value) still spread over every backend."""
+        counts = self.counts.setdefault(cid, {})
+        best = min(range(len(backends)), key=lambda i: (
+            counts.get(backends[i], 0), self.totals.get(backends[i], 0), i))
+        name = backends[best]
+        counts[name] = counts.get(name, 0) + 1
+        self.totals[name] = self.totals.get(name, 0) + 1
         return best

@@ -76,7 +76,23 @@ class IigServicer(rpc.IigServicer):
             raise
 
 
-async def serve(*, listen: str, backends: list[str], advertise: str = "",
+async def rediscover(coordinator: Coordinator, target: str, every: float = 2.0) -> None:
+    """Keep asking DNS for the backend replicas; admit any new one (scale-up)."""
+    from controller.discovery import resolve
+    host, _, port = target.rpartition(":")
+    while True:
+        await asyncio.sleep(every)
+        found = await asyncio.get_running_loop().run_in_executor(None, resolve, host, int(port))
+        known = {x.address for x in coordinator.links}
+        new = [a for a in found if a not in known]
+        if new:
+            try:
+                await coordinator.add_backends(new)
+            except Exception as e:  # noqa: BLE001 - a replica still starting: try later
+                log.warning("could not admit %s yet: %s", ", ".join(new), e)
+
+
+async def serve(*, listen: str, backends: list[str], advertise: str = "", discover: str = "",
                 internal_timing: bool = True, timeout: float = 60.0,
                 connect_timeout: float = 30.0, grace: float = 5.0, metrics_port: int = 0,
                 ready: asyncio.Event | None = None) -> None:
@@ -98,6 +114,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "",
     await server.start()
     await coordinator.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    watcher = asyncio.create_task(rediscover(coordinator, discover)) if discover else None
     print(f"controller listening on {host}:{port} with {len(backends)} backends", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -107,6 +124,8 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "",
     if ready is not None:
         ready.set()
     await stop.wait()
+    if watcher is not None:
+        watcher.cancel()
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace)
     await coordinator.close()

@@ -96,6 +96,7 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
         raise click.UsageError("no backends: give --backends or --discover")
     _metrics(metrics_port, listen)
     asyncio.run(serve(listen=listen, backends=addresses, advertise=advertise,
+                      discover=discover or "",
                       internal_timing=internal_timing == "on", timeout=timeout,
                       metrics_port=metrics_port or 0))
 

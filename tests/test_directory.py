@@ -23,7 +23,7 @@ def place_paper(iig: Iig, n: int, scale: int = 1, multi: int = 1) -> Counter:
     placed: Counter = Counter()
     for values, _ in P.records(scale, multi):
         cid = iig.cluster_of(P.FILE, [P.FILE, values[0], values[1]], pb.DirectoryUpdate())
-        placed[(cid, iig.choose_backend(cid, n))] += 1
+        placed[(cid, iig.choose_backend(cid, [f"b{i}" for i in range(n)]))] += 1
     return placed
 
 
@@ -96,3 +96,12 @@ def test_redefining_a_file_differently_is_refused() -> None:
     assert created == [] and unchanged == [P.FILE]
     with pytest.raises(DefinitionError, match="already defined differently"):
         iig.define(parse_definition(P.definition_yaml(2)))
+
+
+def test_single_record_clusters_still_spread_over_all_backends() -> None:
+    iig = Iig(Directory())
+    iig.define(parse_definition("files: {F: {attributes: {K: string}, directory: {K: {type: C}}}}"))
+    names = ["b0", "b1", "b2"]
+    chosen = Counter(iig.choose_backend(iig.cluster_of("F", ["F", f"k{i}"], pb.DirectoryUpdate()),
+                                        names) for i in range(30))
+    assert chosen == {0: 10, 1: 10, 2: 10}
