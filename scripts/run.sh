@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and run the main job: a 2-backend local cluster, the paper's
-# database loaded, Table 2 printed (with each request's median over 10 runs).
+# database loaded, Table 2 printed (each request's median over 10 runs), then the
+# paper's experiments (Tables 3-8) on local clusters of 1, 2 and 4 backends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check '.[bench]'
@@ -12,3 +13,7 @@ trap 'kill -TERM $up 2>/dev/null; wait $up 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 100); do mbds health --address "127.0.0.1:$port" >/dev/null 2>&1 && break; sleep 0.3; done
 mbds load paper --controller "127.0.0.1:$port" --scale "${SCALE:-1}"
 mbds paper table2 --controller "127.0.0.1:$port" --scale "${SCALE:-1}" --runs 10
+kill -TERM $up; wait $up 2>/dev/null || true
+trap 'rm -rf "$data"' EXIT
+# The paper's experiments on the embedded default: 1, 2 and 4 backends, scale 1.
+mbds bench paper --backends "${BENCH_BACKENDS:-1,2,4}" --scale "${SCALE:-1}" --runs "${RUNS:-10}"
