@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from loadgen import paper_report
+from loadgen.compose_cluster import ComposeCluster
 from mbds import paper as P
 from mbds.client import Client
 from mbds.cluster import LocalCluster
@@ -119,11 +120,16 @@ def handler_means(before: dict, after: dict, runs: int) -> list[dict]:
 
 def run_config(cfg: Config, *, scale: int, record_bytes: int, runs: int, requests: list[int],
                table8: list[int], backend_cpus: float | None, workdir: Path,
-               metrics_base: int, progress: Progress) -> ConfigResult:
+               metrics_base: int, progress: Progress, compose: bool = False) -> ConfigResult:
     res = ConfigResult(cfg)
-    cluster = LocalCluster(workdir / cfg.name, cfg.backends, internal_timing=cfg.timing,
-                           backend_cpus=backend_cpus,
-                           metrics_port=metrics_base if cfg.timing else None, timeout=600)
+    cluster: LocalCluster | ComposeCluster
+    if compose:
+        cluster = ComposeCluster(cfg.backends, internal_timing=cfg.timing,
+                                 backend_cpus=backend_cpus)
+    else:
+        cluster = LocalCluster(workdir / cfg.name, cfg.backends, internal_timing=cfg.timing,
+                               backend_cpus=backend_cpus,
+                               metrics_port=metrics_base if cfg.timing else None, timeout=600)
     cluster.start()
     try:
         with Client(cluster.address, timeout=600) as c:
@@ -155,10 +161,11 @@ def run_config(cfg: Config, *, scale: int, record_bytes: int, runs: int, request
     return res
 
 
-def machine(backend_cpus: float | None) -> dict:
+def machine(backend_cpus: float | None, compose: bool) -> dict:
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "backend_cpus": backend_cpus,
-            "mode": "local processes"}
+            "python": platform.python_version(),
+            "backend_cpus": backend_cpus or (0.5 if compose else None),
+            "mode": "docker-compose" if compose else "local processes"}
 
 
 @click.command()
@@ -178,8 +185,12 @@ def machine(backend_cpus: float | None) -> dict:
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Results directory (default results/paper-<time>).")
 @click.option("--metrics-base", type=int, default=19100, show_default=True)
+@click.option("--compose", is_flag=True,
+              help="Run each configuration on docker-compose (images from "
+                   "docker/build-images.sh); --backend-cpus is each container's CPU limit.")
 def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str, timing: str,
-          table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int) -> None:
+          table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int,
+          compose: bool) -> None:
     """Reproduce the paper's Tables 3–8 with local clusters."""
     try:
         import matplotlib  # noqa: F401 - fail before hours of measuring, not after
@@ -198,11 +209,12 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
             results.append(run_config(
                 cfg, scale=scale, record_bytes=record_bytes, runs=runs, requests=reqs,
                 table8=[int(x) for x in table8.split(",") if x], backend_cpus=backend_cpus,
-                workdir=Path(tmp), metrics_base=metrics_base, progress=progress))
+                workdir=Path(tmp), metrics_base=metrics_base, progress=progress,
+                compose=compose))
             console.print(f"{cfg.name}: loaded {cfg.records * scale} records in "
                           f"{results[-1].load_s:.1f} s; measured {len(reqs)} requests x {runs}")
     meta = {"scale": scale, "record_bytes": record_bytes, "runs": runs, "requests": reqs,
-            "backends": counts, "machine": machine(backend_cpus),
+            "backends": counts, "machine": machine(backend_cpus, compose),
             "configs": [asdict(r.config) for r in results]}
     paper_report.write(out, meta, results, console)
     (out / "meta.json").write_text(json.dumps(meta, indent=2))

@@ -1,0 +1,66 @@
+"""A compose stack with the same interface as LocalCluster, for `mbds bench … --compose`.
+
+Each backend container gets its CPU budget from compose (`BACKEND_CPUS`), so a
+backend behaves like its own machine. Every configuration gets its own
+project and volumes, deleted afterwards (`down -v`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from mbds.client import Client, ClientError
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker" / "compose.sh"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ComposeCluster:
+    def __init__(self, backends: int, *, internal_timing: bool = True,
+                 backend_cpus: float | None = None, start_timeout: float = 180.0) -> None:
+        self.n = backends
+        self.project = f"mbds_bench_{uuid.uuid4().hex[:8]}"
+        self.port = _free_port()
+        self.env = {**os.environ, "BACKENDS": str(backends),
+                    "BACKEND_CPUS": str(backend_cpus or 0.5),
+                    "MBDS_INTERNAL_TIMING": "on" if internal_timing else "off",
+                    "MBDS_PORT": str(self.port), "PROMETHEUS_PORT": str(_free_port())}
+        self.start_timeout = start_timeout
+        self.address = f"127.0.0.1:{self.port}"
+
+    def _compose(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(COMPOSE), "-p", self.project, *args], env=self.env,
+                              capture_output=True, text=True, timeout=600, check=False)
+
+    def start(self) -> str:
+        r = self._compose("up", "-d", "--scale", f"backend={self.n}")
+        if r.returncode != 0:
+            raise RuntimeError(f"compose up failed:\n{r.stdout}\n{r.stderr}")
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            try:
+                with Client(self.address, timeout=5) as c:
+                    s = c.status()
+                if len(s.backends) == self.n and all(b.reachable for b in s.backends):
+                    return self.address
+            except ClientError:
+                pass
+            if time.monotonic() > deadline:
+                logs = self._compose("logs", "--tail", "50").stdout
+                self.stop()
+                raise RuntimeError(f"the stack did not become ready:\n{logs}")
+            time.sleep(1)
+
+    def stop(self) -> None:
+        self._compose("down", "-v", "--remove-orphans")
