@@ -309,9 +309,15 @@ build_wheelhouse() {
 }
 
 build_app() {
+  local old
+  old=$(docker image inspect -f '{{.Id}}' "$APP_IMAGE" 2>/dev/null || true)
   # Context = docker/; docker/.dockerignore lets only .wheelhouse through.
   docker build --build-arg BASE_IMAGE="$BASE_IMAGE" --label "mbds.source-hash=$APP_HASH" \
     -t "$APP_IMAGE" -f "$HERE/Dockerfile" "$HERE"
+  # The image this one replaces, unless a container still uses it.
+  if [[ -n $old && $old != $(docker image inspect -f '{{.Id}}' "$APP_IMAGE") ]]; then
+    docker rmi "$old" >/dev/null 2>&1 || true
+  fi
   # The venv stage is left as a dangling image; its cache is useless next time
   # (the build only runs when the wheelhouse changed).
   docker image prune --force --filter label=mbds.stage=venv >/dev/null
@@ -321,6 +327,12 @@ build_app() {
 # ------------------------------------------------------------------ main --
 
 T0=$(now)
+# One build at a time (the wheelhouse and the tags are shared): lock this script.
+exec 9<"${BASH_SOURCE[0]}"
+if ! flock -n 9; then
+  log "waiting for another build-images.sh to finish"
+  flock 9
+fi
 step "host tools" host_tools
 step "base image $LOCAL_BASE" build_base
 step "image $PROM_IMAGE" build_prometheus

@@ -238,6 +238,15 @@ def test_paper_table2_on_three_backends(stack3: Stack) -> None:
     assert sum(per_backend.values()) == 1000
 
 
+def test_update_moving_records_reaches_iig_across_containers(stack3: Stack) -> None:
+    """An UPDATE of a directory attribute asks IIG (on the controller container, through
+    --advertise) for the records' new cluster."""
+    stack3.exec_json("UPDATE ((FILE = PAPER) and (INTE1 = 5)) <INTE2 = 999>")
+    [moved] = stack3.exec_json("RETRIEVE ((FILE = PAPER) and (INTE2 >= 921)) (INTE1)")
+    assert 5 in {r["INTE1"] for r in moved["records"]}
+    stack3.exec_json("UPDATE ((FILE = PAPER) and (INTE1 = 5)) <INTE2 = 5>")
+
+
 def test_backend_cpu_limit_and_published_ports(stack3: Stack) -> None:
     """(d) Every backend replica has the CPU limit; only the controller is published,
     and only on loopback."""
@@ -350,14 +359,16 @@ def test_killed_backend_during_load(stack: Stack) -> None:
     run(["docker", "start", victim])
     stack.wait_container_healthy(victim)
     deadline = time.monotonic() + CONTROLLER_DEADLINE_S
+    errors = []
     while True:   # the controller reconnects to the restarted backend on its own
-        p = stack.mbds(["exec"], "--json",
+        p = stack.mbds(["exec"], "--json", "--timeout", "15",
                        f"RETRIEVE ((FILE = PAPER) and (INTE1 <= {acked})) (COUNT(INTE1))",
                        check=False)
         if p.returncode == 0:
             break
+        errors.append(p.stderr.strip())
         if time.monotonic() > deadline:
-            pytest.fail(f"no answer {CONTROLLER_DEADLINE_S}s after the restart: {p.stderr}")
+            pytest.fail(f"no answer {CONTROLLER_DEADLINE_S}s after the restart: {errors}")
         time.sleep(2)
     [result] = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
     assert list(result["records"][0].values()) == [acked], result
