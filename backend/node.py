@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -57,6 +59,9 @@ class TuState:
     cancelled: str = ""
     task: asyncio.Task | None = None
     attached: bool = False
+    # PP's decision on a prepared write, read by the writer thread.
+    decided: threading.Event = field(default_factory=threading.Event)
+    commit: bool = False
 
 
 @dataclass
@@ -81,6 +86,10 @@ class BackendNode:
         self.tus: dict[tuple[str, int], TuState] = {}
         self.stage2: asyncio.Queue[tuple[tuple[str, int], TuState]] = asyncio.Queue()
         self.peer_links = PeerLinks()
+        # Writing traffic units enter the writer thread in bus order, so no two backends
+        # ever hold their writers for different units that each wait on the other.
+        self.write_order: deque[tuple[str, int]] = deque()
+        self.write_turn = asyncio.Condition()
         self.result_timeout = result_timeout
         self.loop = asyncio.get_running_loop()
         self._stage2_task = asyncio.create_task(self._stage2_loop())
@@ -182,8 +191,15 @@ class BackendNode:
         st = self.tus.get((self.session.epoch, seq))
         if st is not None:
             st.cancelled = reason or "aborted by the controller"
+            st.decided.set()               # a writer waiting for the decision rolls back
             if st.task is not None and not st.task.done():
                 st.task.cancel()
+
+    def on_commit(self, seq: int) -> None:
+        st = self.tus.get((self.session.epoch, seq))
+        if st is not None:
+            st.commit = True
+            st.decided.set()
 
     # ------------------------------------------------------------- stage 2 --
     async def _stage2_loop(self) -> None:
@@ -220,6 +236,8 @@ class BackendNode:
             self.cc.release(handle)
         with self._h("cc.cluster_lock"):
             lock = self.cc.request(key, dm.lock_set(plans))   # queued in bus order
+        if any(p.request.op in WRITES for p in plans):
+            self.write_order.append(key)
         st.task = asyncio.create_task(self._execute(key, st, plans, lock))
 
     # ----------------------------------------------------------- execution --
@@ -232,12 +250,19 @@ class BackendNode:
                 writes = any(p.request.op in WRITES for p in plans)
             queued = time.perf_counter()
             if writes:
-                await self.loop.run_in_executor(self.writer, self._run_writes, st, plans,
-                                                queued)
+                async with self.write_turn:
+                    await self.write_turn.wait_for(lambda: self.write_order[0] == key)
+                try:
+                    await self.loop.run_in_executor(self.writer, self._run_writes, st, plans,
+                                                    queued)
+                finally:
+                    await self._next_writer(key)
             else:
                 await self._run_reads(st, plans, queued)
             await self._finish(st, committed=True)
         except (Cancelled, asyncio.CancelledError):
+            if key in self.write_order:
+                await self._next_writer(key)
             await self._finish(st, error=f"backend {self.name}: traffic unit aborted: "
                                          f"{st.cancelled or 'cancelled'}")
         except Exception as e:  # noqa: BLE001 - any RECP failure rolls back and is reported
@@ -249,6 +274,12 @@ class BackendNode:
             # PP normally collects the results and drops the state; if it never comes,
             # forget the traffic unit after the result timeout.
             self.loop.call_later(self.result_timeout, self._forget, key, st)
+
+    async def _next_writer(self, key: tuple[str, int]) -> None:
+        async with self.write_turn:
+            if key in self.write_order:
+                self.write_order.remove(key)
+            self.write_turn.notify_all()
 
     def _forget(self, key: tuple[str, int], st: TuState) -> None:
         if self.tus.get(key) is st:
@@ -321,8 +352,14 @@ class BackendNode:
                             self._emit(st, msg)
                 moved = moved or rp.request.moves_records
                 self._emit(st, self._done(i, rp, n, t0))
-            if st.cancelled:
-                raise Cancelled(st.cancelled)
+            # Prepared: everything is written but not committed. Commit only when PP has
+            # heard "prepared" from every backend, so a unit that fails anywhere (a
+            # backend crashed, say) is rolled back everywhere.
+            self._emit(st, pb.BackendReply(prepared=True))
+            if not st.decided.wait(self.result_timeout):
+                st.cancelled = "no commit decision from PP"
+            if st.cancelled or not st.commit:
+                raise Cancelled(st.cancelled or "PP decided to abort")
 
     async def _replan(self, st: TuState, i: int) -> dm.RequestPlan:
         assert st.tu is not None

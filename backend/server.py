@@ -55,6 +55,8 @@ class BackendServicer(rpc.BackendServicer):
                 await self.node.on_traffic_unit(msg.traffic_unit)
             elif kind == "abort":
                 self.node.on_abort(msg.abort.seq, msg.abort.reason)
+            elif kind == "commit":
+                self.node.on_commit(msg.commit.seq)
         return pb.BusAck()
 
     async def Results(self, request: pb.ResultsRequest, context):  # noqa: ANN001, ANN201

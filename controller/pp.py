@@ -106,6 +106,16 @@ def _batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]
         count=len(rows[i:i + BATCH_ROWS]))) for i in range(0, len(rows), BATCH_ROWS)]
 
 
+WRITE_OPS = ("INSERT", "DELETE", "UPDATE")
+
+
+async def _expect(s: _Stream, kind: str) -> None:
+    msg = await s.next()
+    if msg.WhichOneof("body") != kind:
+        raise BackendFailure(s.link, TrafficUnitAborted(
+            f"backend {s.link.name} sent {msg.WhichOneof('body')} instead of {kind}"))
+
+
 async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[Prepared],
                  timeout: float, insert_clusters: list[int]) -> AsyncIterator[pb.ExecuteReply]:
     """Collect one traffic unit's results from every backend and answer the user."""
@@ -167,12 +177,16 @@ async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[
             metrics.REQUEST_SECONDS.labels(p.op).observe(elapsed / 1000)
             yield pb.ExecuteReply(request_index=i, done=pb.RequestDone(
                 stats=stats, elapsed_ms=elapsed))
-        # Every backend must have committed before the traffic unit is acknowledged.
+        # A writing traffic unit commits only once every backend has prepared it
+        # (written, not committed); then PP decides commit on every bus. It is
+        # acknowledged only after every backend has committed.
+        if any(p.op in WRITE_OPS for p in prepared):
+            for s in streams:
+                await _expect(s, "prepared")
+            for link in links:
+                link.send(pb.BusMessage(commit=pb.Commit(seq=seq)))
         for s in streams:
-            msg = await s.next()
-            if msg.WhichOneof("body") != "committed":
-                raise BackendFailure(s.link, TrafficUnitAborted(
-                    f"backend {s.link.name} sent {msg.WhichOneof('body')} instead of commit"))
+            await _expect(s, "committed")
     except BackendFailure as f:
         for link in links:
             if link is not f.link and link.up:

@@ -357,15 +357,23 @@ class Abort(_message.Message):
     reason: str
     def __init__(self, seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class Commit(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
 class BusMessage(_message.Message):
-    __slots__ = ("hello", "traffic_unit", "abort")
+    __slots__ = ("hello", "traffic_unit", "abort", "commit")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_UNIT_FIELD_NUMBER: _ClassVar[int]
     ABORT_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
     hello: BusHello
     traffic_unit: TrafficUnit
     abort: Abort
-    def __init__(self, hello: _Optional[_Union[BusHello, _Mapping]] = ..., traffic_unit: _Optional[_Union[TrafficUnit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ...) -> None: ...
+    commit: Commit
+    def __init__(self, hello: _Optional[_Union[BusHello, _Mapping]] = ..., traffic_unit: _Optional[_Union[TrafficUnit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ...) -> None: ...
 
 class BusAck(_message.Message):
     __slots__ = ()
@@ -396,7 +404,7 @@ class PartialGroup(_message.Message):
     def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., sums: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., counts: _Optional[_Iterable[int]] = ..., mins: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., maxs: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., records: _Optional[int] = ...) -> None: ...
 
 class BackendReply(_message.Message):
-    __slots__ = ("seq", "request_index", "rows", "group", "done", "error", "committed")
+    __slots__ = ("seq", "request_index", "rows", "group", "done", "error", "committed", "prepared")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REQUEST_INDEX_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -404,6 +412,7 @@ class BackendReply(_message.Message):
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     request_index: int
     rows: RowBatch
@@ -411,7 +420,8 @@ class BackendReply(_message.Message):
     done: RequestDone
     error: str
     committed: bool
-    def __init__(self, seq: _Optional[int] = ..., request_index: _Optional[int] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., group: _Optional[_Union[PartialGroup, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., error: _Optional[str] = ..., committed: _Optional[bool] = ...) -> None: ...
+    prepared: bool
+    def __init__(self, seq: _Optional[int] = ..., request_index: _Optional[int] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., group: _Optional[_Union[PartialGroup, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., error: _Optional[str] = ..., committed: _Optional[bool] = ..., prepared: _Optional[bool] = ...) -> None: ...
 
 class HelloRequest(_message.Message):
     __slots__ = ()
