@@ -319,6 +319,8 @@ class BackendNode:
         of rows is a short step, and the loop serves other traffic units in between.
         """
         self._recp_request(queued)
+        if not plans:       # a definition: nothing to read, and no transaction to open
+            return
         conn = self.store.checkout_reader()
         try:
             with transaction(conn, "DEFERRED"):

@@ -94,7 +94,9 @@ def local_cluster(backends: int, *, backend_cpus: float | None = None,
                   in_memory: bool = False) -> Iterator[str]:
     """A fresh cluster in a temporary folder, so every run starts from empty files."""
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp:
-        cluster = LocalCluster(Path(tmp) / "data", backends, internal_timing=internal_timing,
+        # The folder's unique name also names the backends' cgroups (--backend-cpus),
+        # so concurrent runs never share a CPU budget.
+        cluster = LocalCluster(Path(tmp), backends, internal_timing=internal_timing,
                                synchronous=synchronous, in_memory=in_memory,
                                backend_cpus=backend_cpus)
         address = cluster.start()
@@ -102,23 +104,24 @@ def local_cluster(backends: int, *, backend_cpus: float | None = None,
             yield address
         finally:
             cluster.stop()
+            if backend_cpus:
+                _remove_cgroups(Path(tmp).name, backends)
 
 
-def define(client: Client, yaml_text: str, attempts: int = 10) -> None:
-    """Apply a definition (untimed set-up), retrying a transient "schema is locked".
+def _remove_cgroups(name: str, backends: int) -> None:
+    """Remove the (now empty) cgroups `mbds.cpulimit.apply` made for this run's backends."""
+    from mbds.cpulimit import V1_ROOT, V2_ROOT
+    for root in (V2_ROOT, V1_ROOT):
+        for i in range(backends):
+            try:
+                (root / f"mbds-{name}-b{i}").rmdir()
+            except OSError:
+                pass        # not there, or not empty yet: nothing of ours to clean
 
-    In-memory backends (shared-cache SQLite) sometimes refuse the first definition
-    right after start-up with ABORTED "database schema is locked"; re-applying the
-    same definition is a no-op once it has taken, so a retry is safe.
-    """
-    for i in range(attempts):
-        try:
-            client.define(yaml_text)
-            return
-        except ClientError as e:
-            if "schema is locked" not in str(e) or i == attempts - 1:
-                raise
-            time.sleep(0.2 * (i + 1))
+
+def define(client: Client, yaml_text: str) -> None:
+    """Apply a definition (untimed set-up)."""
+    client.define(yaml_text)
 
 
 class Counted(NamedTuple):
