@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 from pathlib import Path
 
 import grpc
@@ -15,6 +13,7 @@ from backend.node import BackendNode
 from backend.store import Store
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.service import until_stopped
 from mbds.values import Value, to_pb
 
 log = logging.getLogger("mbds.backend")
@@ -121,14 +120,7 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     host = listen.rsplit(":", 1)[0]
     log.info("backend %s serving on %s:%d (data %s)", node_name, host, port, data_dir)
     print(f"backend {node_name} listening on {host}:{port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    await stop.wait()
+    await until_stopped(ready)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace)
     await node.peer_links.close()

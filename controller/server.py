@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -16,6 +14,7 @@ from mbds import metrics
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.service import until_stopped
 from mbds.values import from_pb
 
 log = logging.getLogger("mbds.controller")
@@ -116,14 +115,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     watcher = asyncio.create_task(rediscover(coordinator, discover)) if discover else None
     print(f"controller listening on {host}:{port} with {len(backends)} backends", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    await stop.wait()
+    await until_stopped(ready)
     if watcher is not None:
         watcher.cancel()
     await health_servicer.enter_graceful_shutdown()

@@ -17,20 +17,20 @@ import platform
 import statistics
 import tempfile
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import click
-from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.progress import Progress
 
 from loadgen import paper_report
+from loadgen.common import run_counted
 from loadgen.compose_cluster import ComposeCluster
 from mbds import paper as P
 from mbds.client import Client
 from mbds.cluster import LocalCluster
+from mbds.report import Sample, Scrape, scrape, settle
 
 console = Console()
 
@@ -80,38 +80,16 @@ class ConfigResult:
 def timed_request(client: Client, text: str) -> tuple[float, int, int]:
     """(response time ms, records received, clusters examined) of one request."""
     t0 = time.perf_counter()
-    records = clusters = 0
-    for reply in client.stream(text):
-        kind = reply.WhichOneof("body")
-        if kind == "rows":
-            records += reply.rows.count
-        elif kind == "done":
-            clusters = reply.done.stats.clusters_examined
-    return (time.perf_counter() - t0) * 1000, records, clusters
+    counted = run_counted(client, text)
+    return (time.perf_counter() - t0) * 1000, counted.rows, counted.clusters
 
 
-def scrape_handlers(urls: list[str]) -> dict[tuple[str, str, str], list[float]]:
-    """(process, handler, backend) -> [sum seconds, count] from every /metrics URL."""
-    out: dict[tuple[str, str, str], list[float]] = {}
-    for url in urls:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            text = r.read().decode()
-        for fam in text_string_to_metric_families(text):
-            if fam.name != "mbds_handler_seconds":
-                continue
-            for s in fam.samples:
-                if s.name.endswith(("_sum", "_count")):
-                    key = (s.labels["process"], s.labels["handler"], s.labels["backend"])
-                    slot = out.setdefault(key, [0.0, 0.0])
-                    slot[0 if s.name.endswith("_sum") else 1] += s.value
-    return out
-
-
-def handler_means(before: dict, after: dict, runs: int) -> list[dict]:
+def handler_means(before: Scrape, after: Scrape, runs: int) -> list[dict]:
+    """Table 8 rows: each handler's mean time per call and calls per request."""
     rows = []
-    for key in sorted(after):
-        s = after[key][0] - before.get(key, [0.0, 0.0])[0]
-        c = after[key][1] - before.get(key, [0.0, 0.0])[1]
+    for key in sorted(after.handlers):
+        old = before.handlers.get(key, Sample())
+        s, c = after.handlers[key].sum - old.sum, after.handlers[key].count - old.count
         if c > 0:
             rows.append({"process": key[0], "handler": key[1], "backend": key[2] or "-",
                          "mean_ms": s / c * 1000, "calls_per_request": c / runs})
@@ -146,7 +124,7 @@ def run_config(cfg: Config, *, scale: int, record_bytes: int, runs: int, request
             for n in requests:
                 text = P.REQUESTS[n - 1].abdl(scale)
                 timed_request(c, text)            # warm-up: caches as in steady state
-                before = scrape_handlers(urls) if cfg.timing and n in table8 else None
+                before = scrape(urls) if cfg.timing and n in table8 else None
                 times = []
                 for _ in range(runs):
                     ms, records, clusters = timed_request(c, text)
@@ -154,7 +132,7 @@ def run_config(cfg: Config, *, scale: int, record_bytes: int, runs: int, request
                     progress.advance(task)
                 res.times_ms[n], res.records[n], res.clusters[n] = times, records, clusters
                 if before is not None:
-                    res.handlers[n] = handler_means(before, scrape_handlers(urls), runs)
+                    res.handlers[n] = handler_means(before, settle(urls, scrape(urls)), runs)
             progress.remove_task(task)
     finally:
         cluster.stop()
