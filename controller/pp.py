@@ -116,10 +116,19 @@ async def _expect(s: _Stream, kind: str) -> None:
             f"backend {s.link.name} sent {msg.WhichOneof('body')} instead of {kind}"))
 
 
+def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
+    """The response time: from the traffic unit's arrival to this acknowledgement."""
+    done.done.elapsed_ms = (time.perf_counter() - t0) * 1000
+    metrics.REQUEST_SECONDS.labels(op).observe(done.done.elapsed_ms / 1000)
+    return done
+
+
 async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[Prepared],
                  timeout: float, insert_clusters: list[int]) -> AsyncIterator[pb.ExecuteReply]:
     """Collect one traffic unit's results from every backend and answer the user."""
     t0 = time.perf_counter()
+    writes = any(p.op in WRITE_OPS for p in prepared)
+    held: list[pb.ExecuteReply] = []
     streams = [_Stream(link, epoch, seq, timeout) for link in links]
     pending: dict[int, asyncio.Future] = {}
     try:
@@ -173,20 +182,23 @@ async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[
             if p.op == "INSERT":
                 stats.clusters_examined = insert_clusters[i]
             stats.backends.sort(key=lambda s: s.backend)
-            elapsed = (time.perf_counter() - t0) * 1000
-            metrics.REQUEST_SECONDS.labels(p.op).observe(elapsed / 1000)
-            yield pb.ExecuteReply(request_index=i, done=pb.RequestDone(
-                stats=stats, elapsed_ms=elapsed))
+            done = pb.ExecuteReply(request_index=i, done=pb.RequestDone(stats=stats))
+            if writes:
+                held.append(done)     # a write's `done` is its acknowledgement: after commit
+            else:
+                yield _stamp(done, p.op, t0)
         # A writing traffic unit commits only once every backend has prepared it
         # (written, not committed); then PP decides commit on every bus. It is
         # acknowledged only after every backend has committed.
-        if any(p.op in WRITE_OPS for p in prepared):
+        if writes:
             for s in streams:
                 await _expect(s, "prepared")
             for link in links:
                 link.send(pb.BusMessage(commit=pb.Commit(seq=seq)))
         for s in streams:
             await _expect(s, "committed")
+        for done in held:
+            yield _stamp(done, prepared[done.request_index].op, t0)
     except BackendFailure as f:
         for link in links:
             if link is not f.link and link.up:

@@ -120,10 +120,10 @@ def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:
         if kind == "header":
             results.append(Result(reply.header.op, list(reply.header.columns)))
         elif kind == "rows":
-            r = results[-1]
+            r = results[reply.request_index]
             r.records.extend(dict(zip(r.columns, row, strict=True))
                              for row in json.loads(reply.rows.rows_json))
-        elif kind == "done":
-            results[-1].stats = stats_dict(reply.done.stats)
-            results[-1].elapsed_ms = reply.done.elapsed_ms
+        elif kind == "done":    # a write's `done` comes after the commit: its acknowledgement
+            results[reply.request_index].stats = stats_dict(reply.done.stats)
+            results[reply.request_index].elapsed_ms = reply.done.elapsed_ms
     return results
