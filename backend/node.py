@@ -18,34 +18,25 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from backend import dm, recp
+from backend import dm
 from backend.cc import LockTable, S, X
+from backend.execution import WRITES, Cancelled, RecpExecution
 from backend.peers import PeerLinks
-from backend.store import Store, transaction
+from backend.store import Store
 from mbds import metrics
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
-from mbds.values import Value
 
 log = logging.getLogger("mbds.backend")
-WRITES = (pb.INSERT, pb.DELETE, pb.UPDATE)
 
-
-def _records(msg: pb.BackendReply) -> int:
-    return msg.rows.count if msg.HasField("rows") else msg.group.records
 
 
 def _log_failure(fut) -> None:  # noqa: ANN001
     if fut.exception() is not None:
         log.error("storing a directory update failed: %s", fut.exception())
-
-
-class Cancelled(Exception):
-    """The traffic unit was aborted (by PP, or because nobody collects its results)."""
 
 
 @dataclass(eq=False)
@@ -72,7 +63,7 @@ class Session:
     iig_address: str = ""
 
 
-class BackendNode:
+class BackendNode(RecpExecution):
     def __init__(self, name: str, store: Store, *, readers: int = 4,
                  result_timeout: float = 60.0) -> None:
         self.name = name
@@ -284,143 +275,6 @@ class BackendNode:
     def _forget(self, key: tuple[str, int], st: TuState) -> None:
         if self.tus.get(key) is st:
             del self.tus[key]
-
-    def _recp_request(self, queued: float) -> None:
-        if metrics.internal_timing():   # recp.request: the hand-over from DM to RECP
-            metrics.HANDLER_SECONDS.labels("RECP", "request", self.name).observe(
-                time.perf_counter() - queued)
-
-    async def _put(self, st: TuState, msg: pb.BackendReply) -> None:
-        """Hand one reply to PP, waiting while PP is behind (bounded memory)."""
-        if st.cancelled:
-            raise Cancelled(st.cancelled)
-        try:
-            await asyncio.wait_for(st.out.put(msg), self.result_timeout)
-        except TimeoutError:
-            st.cancelled = "nobody collected the results"
-            raise Cancelled(st.cancelled) from None
-
-    def _emit(self, st: TuState, msg: pb.BackendReply) -> None:
-        """`_put` from a RECP thread."""
-        asyncio.run_coroutine_threadsafe(self._put(st, msg), self.loop).result()
-
-    def _done(self, i: int, rp: dm.RequestPlan, n: int, t0: float) -> pb.BackendReply:
-        elapsed = (time.perf_counter() - t0) * 1000
-        metrics.RECORDS_PROCESSED.labels(pb.Op.Name(rp.request.op), self.name).inc(n)
-        return pb.BackendReply(request_index=i, done=pb.RequestDone(
-            elapsed_ms=elapsed, stats=pb.RequestStats(
-                clusters_examined=rp.clusters_examined, records_retrieved=n,
-                backends=[pb.BackendStats(backend=self.name, records=n, elapsed_ms=elapsed)])))
-
-    async def _run_reads(self, st: TuState, plans: list[dm.RequestPlan], queued: float) -> None:
-        """A read-only traffic unit runs on the event loop, one row batch per step.
-
-        Handing small reads to a thread cost more than the reads themselves; a batch
-        of rows is a short step, and the loop serves other traffic units in between.
-        """
-        self._recp_request(queued)
-        if not plans:       # a definition: nothing to read, and no transaction to open
-            return
-        conn = self.store.checkout_reader()
-        try:
-            with transaction(conn, "DEFERRED"):
-                for i, rp in enumerate(plans):
-                    t0, n = time.perf_counter(), 0
-                    with self._h("recp.process"):
-                        for msg in self._reads(conn, i, rp):
-                            n += _records(msg)
-                            await self._put(st, msg)
-                    await self._put(st, self._done(i, rp, n, t0))
-        finally:
-            self.store.checkin_reader(conn)
-
-    def _run_writes(self, st: TuState, plans: list[dm.RequestPlan], queued: float) -> None:
-        """A traffic unit that writes runs in the writer thread, in one transaction."""
-        self._recp_request(queued)
-        conn = self.store.writer()
-        moved = False
-        with transaction(conn, "IMMEDIATE"):
-            for i, rp in enumerate(plans):
-                if moved:   # an earlier request moved records: search clusters again
-                    rp = self._call_on_loop(self._replan, st, i)
-                t0 = time.perf_counter()
-                with self._h("recp.process"):
-                    if rp.request.op in WRITES:
-                        n = self._write(conn, rp)
-                    else:
-                        n = 0
-                        for msg in self._reads(conn, i, rp):
-                            n += _records(msg)
-                            self._emit(st, msg)
-                moved = moved or rp.request.moves_records
-                self._emit(st, self._done(i, rp, n, t0))
-            # Prepared: everything is written but not committed. Commit only when PP has
-            # heard "prepared" from every backend, so a unit that fails anywhere (a
-            # backend crashed, say) is rolled back everywhere.
-            self._emit(st, pb.BackendReply(prepared=True))
-            if not st.decided.wait(self.result_timeout):
-                st.cancelled = "no commit decision from PP"
-            if st.cancelled or not st.commit:
-                raise Cancelled(st.cancelled or "PP decided to abort")
-
-    async def _replan(self, st: TuState, i: int) -> dm.RequestPlan:
-        assert st.tu is not None
-        return dm.plan_requests(self.directory, st.tu, st.found)[i]
-
-    def _call_on_loop(self, fn, *args):  # noqa: ANN001, ANN202
-        return asyncio.run_coroutine_threadsafe(fn(*args), self.loop).result()
-
-    def _write(self, conn, rp: dm.RequestPlan) -> int:  # noqa: ANN001
-        req = rp.request
-        if req.op == pb.INSERT:
-            if not req.records:
-                return 0
-            return recp.insert(conn, self.directory.files[req.file], list(req.records))
-        if req.op == pb.DELETE:
-            return sum(recp.delete(conn, fp) for fp in rp.files)
-        if req.moves_records:
-            return sum(recp.update_moving(conn, fp, req.modifier,
-                                          lambda f, v: self._cluster_of(conn, f, v))
-                       for fp in rp.files)
-        return sum(recp.update(conn, fp, req.modifier) for fp in rp.files)
-
-    @staticmethod
-    def _reads(conn, i: int, rp: dm.RequestPlan) -> Iterator[pb.BackendReply]:  # noqa: ANN001
-        req = rp.request
-        r = req.retrieval
-        if req.op == pb.RETRIEVE_COMMON:
-            for fp in rp.files:
-                yield from recp.retrieve_batches(conn, fp, [t.attr for t in r.targets], i, 0)
-            for fp in rp.right:
-                yield from recp.retrieve_batches(
-                    conn, fp, [t.attr for t in req.right.targets], i, 1)
-        elif any(t.agg for t in r.targets):
-            items = [t.attr for t in r.targets if t.agg]
-            for fp in rp.files:
-                yield from recp.aggregate_groups(conn, fp, items, r.by, i)
-        else:
-            for fp in rp.files:
-                yield from recp.retrieve_batches(conn, fp, [t.attr for t in r.targets], i)
-
-    def _cluster_of(self, conn, file: str, values: list[Value]) -> int:  # noqa: ANN001
-        """The cluster of a moved record; asks IIG when the combination is new here."""
-        key = self.directory.descriptor_key(file, values)
-        if None not in key:
-            cid = self.directory.cluster_ids.get((file, tuple(key)))  # type: ignore[arg-type]
-            if cid is not None:
-                return cid
-        reply: pb.PlaceReply = self._call_on_loop(self._place, file, values)
-        # Persist the new directory rows in this traffic unit's own transaction.
-        self.store.persist_rows(conn, reply.directory)
-        return reply.cluster_id
-
-    async def _place(self, file: str, values: list[Value]) -> pb.PlaceReply:
-        if self.iig is None:
-            raise RuntimeError("no IIG to place a moved record")
-        with self._h("dm.place_moved_record"):
-            reply = await self.iig(file, values)
-        self.directory.apply(reply.directory)
-        return reply
 
     async def _finish(self, st: TuState, *, committed: bool = False, error: str = "") -> None:
         msg = pb.BackendReply(committed=True) if committed else pb.BackendReply(error=error)
