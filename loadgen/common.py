@@ -103,20 +103,7 @@ def local_cluster(backends: int, *, backend_cpus: float | None = None,
         try:
             yield address
         finally:
-            cluster.stop()
-            if backend_cpus:
-                _remove_cgroups(Path(tmp).name, backends)
-
-
-def _remove_cgroups(name: str, backends: int) -> None:
-    """Remove the (now empty) cgroups `mbds.cpulimit.apply` made for this run's backends."""
-    from mbds.cpulimit import V1_ROOT, V2_ROOT
-    for root in (V2_ROOT, V1_ROOT):
-        for i in range(backends):
-            try:
-                (root / f"mbds-{name}-b{i}").rmdir()
-            except OSError:
-                pass        # not there, or not empty yet: nothing of ours to clean
+            cluster.stop()          # also removes the backends' cgroups
 
 
 def define(client: Client, yaml_text: str) -> None:

@@ -89,6 +89,7 @@ class LocalCluster:
         self.timeout = timeout
         self.backends: list[Proc] = []
         self.controller: Proc | None = None
+        self.cgroups: list[Path] = []          # CPU budgets made for the backends
         self.address = ""
 
     def check_data_dir(self) -> None:
@@ -111,7 +112,8 @@ class LocalCluster:
         proc.wait_ready(30)
         if self.backend_cpus:
             from mbds.cpulimit import apply
-            apply(proc.popen.pid, self.backend_cpus, f"{self.data_dir.name}-b{i}")
+            self.cgroups.append(apply(proc.popen.pid, self.backend_cpus,
+                                      f"{self.data_dir.name}-b{i}"))
         return proc
 
     def start(self) -> str:
@@ -154,6 +156,9 @@ class LocalCluster:
             self.controller.stop()
         for p in self.backends:
             p.stop()
+        from mbds.cpulimit import remove
+        for group in self.cgroups:
+            remove(group)
 
     def logs(self) -> str:
         procs = ([self.controller] if self.controller else []) + self.backends

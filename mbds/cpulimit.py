@@ -46,3 +46,11 @@ def read_limit(group: Path) -> float:
         return float("inf") if quota == "max" else int(quota) / int(period)
     return int((group / "cpu.cfs_quota_us").read_text()) / int(
         (group / "cpu.cfs_period_us").read_text())
+
+
+def remove(group: Path) -> None:
+    """Delete a cgroup made by `apply` once its process has exited."""
+    try:
+        group.rmdir()
+    except OSError:
+        pass        # already gone, or a process is still in it: nothing to clean now

@@ -1,0 +1,24 @@
+"""Local backends can get a fixed CPU budget (cgroup), as `bench paper --backend-cpus` uses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mbds.cluster import LocalCluster
+from mbds.cpulimit import read_limit
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroup CPU budgets need root")
+def test_each_backend_runs_under_its_budget_and_the_cgroup_goes_away(tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path / "d", 2, backend_cpus=0.3)
+    c.start()
+    try:
+        assert [round(read_limit(g), 3) for g in c.cgroups] == [0.3, 0.3]
+        for proc, group in zip(c.backends, c.cgroups, strict=True):
+            assert str(proc.popen.pid) in (group / "cgroup.procs").read_text().split()
+    finally:
+        c.stop()
+    assert not any(g.exists() for g in c.cgroups)
