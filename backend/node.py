@@ -64,7 +64,7 @@ class Session:
 
 
 class BackendNode(RecpExecution):
-    def __init__(self, name: str, store: Store, *, readers: int = 4,
+    def __init__(self, name: str, store: Store, *,
                  result_timeout: float = 60.0) -> None:
         self.name = name
         self.store = store
@@ -73,7 +73,9 @@ class BackendNode(RecpExecution):
         self.cc = LockTable()
         self.session = Session()
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="recp-writer")
-        self.readers = ThreadPoolExecutor(readers, thread_name_prefix="reader")   # status
+        # Reads of traffic units run on the event loop; this thread only counts records
+        # per cluster for the controller's Directory call (placement state).
+        self.readers = ThreadPoolExecutor(1, thread_name_prefix="reader")
         self.tus: dict[tuple[str, int], TuState] = {}
         self.stage2: asyncio.Queue[tuple[tuple[str, int], TuState]] = asyncio.Queue()
         self.peer_links = PeerLinks()

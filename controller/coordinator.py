@@ -295,5 +295,3 @@ class Coordinator:
         for link in self.links:
             await link.close()
 
-
-__all__ = ["Coordinator", "BackendUnavailable"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from mbds.client import DEFAULT_CONTROLLER, Client, ClientError, collect, stats_dict
+from mbds.client import DEFAULT_CONTROLLER, Client, ClientError
 
 DEFAULT_DATA_DIR = Path.home() / ".mbds" / "data"
 controller_option = click.option("--controller", default=DEFAULT_CONTROLLER, show_default=True,
@@ -241,4 +241,3 @@ from mbds.report import report  # noqa: E402
 
 for command in (load, paper, report, bench):
     main.add_command(command)
-__all__ = ["main", "collect", "stats_dict"]
