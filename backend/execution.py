@@ -41,14 +41,24 @@ class RecpExecution:
                 time.perf_counter() - queued)
 
     async def _put(self, st: TuState, msg: pb.BackendReply) -> None:
-        """Hand one reply to PP, waiting while PP is behind (bounded memory)."""
+        """Hand one reply to PP; a row batch or group waits for credit while PP is
+        a window behind (bounded memory here and at the controller)."""
         if st.cancelled:
             raise Cancelled(st.cancelled)
-        try:
-            await asyncio.wait_for(st.out.put(msg), self.result_timeout)
-        except TimeoutError:
-            st.cancelled = "nobody collected the results"
-            raise Cancelled(st.cancelled) from None
+        if msg.WhichOneof("body") in ("rows", "group"):
+            while st.credits <= 0:
+                st.credit_ready.clear()
+                try:
+                    async with asyncio.timeout(self.result_timeout):
+                        await st.credit_ready.wait()
+                except TimeoutError:
+                    st.cancelled = "nobody collected the results"
+                if st.cancelled:
+                    raise Cancelled(st.cancelled)
+            st.credits -= 1
+        assert st.tu is not None and st.bus is not None
+        msg.seq = st.tu.seq
+        st.bus.send(msg)
 
     def _emit(self, st: TuState, msg: pb.BackendReply) -> None:
         """`_put` from a RECP thread."""
@@ -80,6 +90,7 @@ class RecpExecution:
                         for msg in self._reads(conn, i, rp):
                             n += _records(msg)
                             await self._put(st, msg)
+                            await asyncio.sleep(0)   # let the bus send it; serve others
                     await self._put(st, self._done(i, rp, n, t0))
         finally:
             self.store.checkin_reader(conn)

@@ -39,17 +39,30 @@ def _log_failure(fut) -> None:  # noqa: ANN001
         log.error("storing a directory update failed: %s", fut.exception())
 
 
+class BusOut:
+    """The backend's side of one bus: replies queued for the stream back to PP."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[pb.BackendReply | None] = asyncio.Queue()
+        self.window = 8
+
+    def send(self, msg: pb.BackendReply) -> None:
+        self.queue.put_nowait(msg)
+
+
 @dataclass(eq=False)
 class TuState:
+    key: tuple[str, int] = ("", 0)
     tu: pb.TrafficUnit | None = None
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    out: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(maxsize=16))
+    bus: BusOut | None = None          # the bus it came on: where its results go
+    credits: int = 0                   # row batches it may still send ahead of PP
+    credit_ready: asyncio.Event = field(default_factory=asyncio.Event)
     peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
     peers_in: asyncio.Event = field(default_factory=asyncio.Event)
     found: dm.DescriptorResults = field(default_factory=dict)
     cancelled: str = ""
     task: asyncio.Task | None = None
-    attached: bool = False
     # PP's decision on a prepared write, read by the writer thread.
     decided: threading.Event = field(default_factory=threading.Event)
     commit: bool = False
@@ -97,7 +110,7 @@ class BackendNode(RecpExecution):
     def state(self, key: tuple[str, int]) -> TuState:
         st = self.tus.get(key)
         if st is None:
-            st = self.tus[key] = TuState()
+            st = self.tus[key] = TuState(key)
             # Forget it if its traffic unit never shows up (e.g. late peer ids of a
             # unit already finished here); a running unit re-arms this when it ends.
             self.loop.call_later(self.result_timeout * 2, self._forget_unarrived, key, st)
@@ -129,16 +142,17 @@ class BackendNode(RecpExecution):
             fut.add_done_callback(_log_failure)
 
     # ------------------------------------------------------------- stage 1 --
-    def on_hello(self, hello: pb.BusHello) -> None:
+    def on_hello(self, hello: pb.BusHello, bus: BusOut) -> None:
         self.session = Session(hello.epoch, hello.backend_index, list(hello.peers),
                                hello.iig_address)
+        bus.window = hello.credit_window or bus.window
         metrics.set_internal_timing(hello.internal_timing)
         self.peer_links.configure(self.session.peers, hello.backend_index)
 
-    async def on_traffic_unit(self, tu: pb.TrafficUnit) -> None:
+    async def on_traffic_unit(self, tu: pb.TrafficUnit, bus: BusOut) -> None:
         key = (self.session.epoch, tu.seq)
         st = self.state(key)
-        st.tu = tu
+        st.tu, st.bus, st.credits = tu, bus, bus.window
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
             if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
@@ -183,10 +197,25 @@ class BackendNode(RecpExecution):
     def on_abort(self, seq: int, reason: str) -> None:
         st = self.tus.get((self.session.epoch, seq))
         if st is not None:
-            st.cancelled = reason or "aborted by the controller"
-            st.decided.set()               # a writer waiting for the decision rolls back
-            if st.task is not None and not st.task.done():
-                st.task.cancel()
+            self._cancel(st, reason or "aborted by the controller")
+
+    def _cancel(self, st: TuState, reason: str) -> None:
+        st.cancelled = reason
+        st.decided.set()               # a writer waiting for the decision rolls back
+        st.credit_ready.set()          # a RECP step waiting for credit gives up
+        if st.task is not None and not st.task.done():
+            st.task.cancel()
+
+    def on_credit(self, seq: int, batches: int) -> None:
+        st = self.tus.get((self.session.epoch, seq))
+        if st is not None:
+            st.credits += batches
+            st.credit_ready.set()
+
+    def on_bus_closed(self, bus: BusOut) -> None:
+        """The controller went away: nobody will collect these units' results."""
+        for st in [st for st in self.tus.values() if st.bus is bus]:
+            self._cancel(st, "the controller's bus closed")
 
     def on_commit(self, seq: int) -> None:
         st = self.tus.get((self.session.epoch, seq))
@@ -264,9 +293,6 @@ class BackendNode(RecpExecution):
         finally:
             with self._h("cc.cluster_release"):
                 self.cc.release(lock)
-            # PP normally collects the results and drops the state; if it never comes,
-            # forget the traffic unit after the result timeout.
-            self.loop.call_later(self.result_timeout, self._forget, key, st)
 
     async def _next_writer(self, key: tuple[str, int]) -> None:
         async with self.write_turn:
@@ -274,14 +300,11 @@ class BackendNode(RecpExecution):
                 self.write_order.remove(key)
             self.write_turn.notify_all()
 
-    def _forget(self, key: tuple[str, int], st: TuState) -> None:
-        if self.tus.get(key) is st:
-            del self.tus[key]
-
     async def _finish(self, st: TuState, *, committed: bool = False, error: str = "") -> None:
+        """The unit's last message to PP; then it is forgotten here."""
         msg = pb.BackendReply(committed=True) if committed else pb.BackendReply(error=error)
-        try:
-            await asyncio.wait_for(st.out.put(msg), self.result_timeout)
-            await asyncio.wait_for(st.out.put(None), self.result_timeout)
-        except TimeoutError:
-            log.warning("results of a traffic unit were never collected")
+        if st.tu is not None and st.bus is not None:
+            msg.seq = st.tu.seq
+            st.bus.send(msg)
+        if self.tus.get(st.key) is st:
+            del self.tus[st.key]

@@ -31,18 +31,22 @@ class _PeerLink:
     @staticmethod
     async def _messages(queue: asyncio.Queue[pb.DescriptorIds]):  # noqa: ANN205
         while True:
-            yield await queue.get()
+            ids = [await queue.get()]
+            while not queue.empty():       # every unit searched meanwhile goes along
+                ids.append(queue.get_nowait())
+            yield pb.DescriptorIdsBatch(ids=ids)
 
     async def _run(self) -> None:
         while True:
-            # A fresh queue per stream: the generator of a broken stream may still be
-            # waiting on its queue inside gRPC and would swallow the next message.
-            self.queue = asyncio.Queue()
             try:
+                # The first stream takes what was broadcast before this task started.
                 await self.stub.DescriptorIdsStream(self._messages(self.queue),
                                                     wait_for_ready=True)
             except grpc.aio.AioRpcError as e:
                 log.info("peer stream to %s broke: %s", self.address, e.code())
+                # A fresh queue per stream: the generator of a broken stream may still be
+                # waiting on its queue inside gRPC and would swallow the next message.
+                self.queue = asyncio.Queue()
                 await asyncio.sleep(0.2)
 
     async def close(self) -> None:

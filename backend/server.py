@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from backend.node import BackendNode
+from backend.node import BackendNode, BusOut
 from backend.store import Store
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -43,42 +43,46 @@ class BackendServicer(rpc.BackendServicer):
         await self.node.apply_directory(request)
         return await self.Hello(pb.HelloRequest(), context)
 
-    async def Bus(self, request_iterator, context) -> pb.BusAck:  # noqa: ANN001
-        # The bus delivers traffic units in the controller's total order; handle each
-        # message completely (stage 1) before reading the next one.
-        async for msg in request_iterator:
-            kind = msg.WhichOneof("body")
-            if kind == "hello":
-                self.node.on_hello(msg.hello)
-            elif kind == "traffic_unit":
-                await self.node.on_traffic_unit(msg.traffic_unit)
-            elif kind == "abort":
-                self.node.on_abort(msg.abort.seq, msg.abort.reason)
-            elif kind == "commit":
-                self.node.on_commit(msg.commit.seq)
-        return pb.BusAck()
+    async def Bus(self, request_iterator, context):  # noqa: ANN001, ANN201
+        """Traffic units come down in the controller's total order; results go back up.
 
-    async def Results(self, request: pb.ResultsRequest, context):  # noqa: ANN001, ANN201
-        key = (request.epoch, request.seq)
-        st = self.node.state(key)
-        st.attached = True
+        Each message down is handled completely (stage 1) before the next one is read.
+        Replies queued while the stream was busy go back together in one message.
+        """
+        bus = BusOut()
+        reader = asyncio.create_task(self._read_bus(request_iterator, bus))
         try:
-            await asyncio.wait_for(st.arrived.wait(), self.node.result_timeout)
-        except TimeoutError:
-            self.node.tus.pop(key, None)
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"backend {self.node.name}: traffic unit {request.seq} "
-                                "never arrived on the bus")
-        done = False
-        try:
-            while (msg := await st.out.get()) is not None:
-                msg.seq = request.seq
-                yield msg
-            done = True
+            while (msg := await bus.queue.get()) is not None:
+                replies = [msg]
+                while not bus.queue.empty() and (msg := bus.queue.get_nowait()) is not None:
+                    replies.append(msg)
+                yield pb.BackendReplies(replies=replies)
+                if msg is None:
+                    break
         finally:
-            if not done:     # PP went away: abort the traffic unit, roll back
-                self.node.on_abort(request.seq, "PP stopped reading the results")
-            self.node.tus.pop(key, None)
+            reader.cancel()
+            self.node.on_bus_closed(bus)
+
+    async def _read_bus(self, request_iterator, bus: BusOut) -> None:  # noqa: ANN001
+        node = self.node
+        try:
+            async for batch in request_iterator:
+                for msg in batch.messages:
+                    kind = msg.WhichOneof("body")
+                    if kind == "traffic_unit":
+                        await node.on_traffic_unit(msg.traffic_unit, bus)
+                    elif kind == "credit":
+                        node.on_credit(msg.credit.seq, msg.credit.batches)
+                    elif kind == "commit":
+                        node.on_commit(msg.commit.seq)
+                    elif kind == "abort":
+                        node.on_abort(msg.abort.seq, msg.abort.reason)
+                    elif kind == "hello":
+                        node.on_hello(msg.hello, bus)
+        except Exception as e:  # noqa: BLE001 - a broken bus ends the call
+            log.info("bus from the controller ended: %s", e)
+        finally:
+            bus.queue.put_nowait(None)
 
     async def _place(self, file: str, values: list[Value]) -> pb.PlaceReply:
         address = self.node.session.iig_address
@@ -96,8 +100,9 @@ class PeerServicer(rpc.PeerServicer):
         self.node = node
 
     async def DescriptorIdsStream(self, request_iterator, context) -> pb.PeerAck:  # noqa: ANN001
-        async for msg in request_iterator:
-            self.node.on_peer_ids(msg)
+        async for batch in request_iterator:
+            for msg in batch.ids:
+                self.node.on_peer_ids(msg)
         return pb.PeerAck()
 
 

@@ -122,7 +122,8 @@ class Coordinator:
     def _bus_hello(self, link: BackendLink) -> pb.BusHello:
         return pb.BusHello(epoch=self.epoch, backend_index=link.index,
                            peers=[x.address for x in self.links],
-                           internal_timing=self.internal_timing, iig_address=self.iig_address)
+                           internal_timing=self.internal_timing, iig_address=self.iig_address,
+                           credit_window=pp.WINDOW)
 
     async def ensure_up(self) -> None:
         """Reconnect any backend whose bus broke; refuse work while one is unreachable."""
@@ -187,7 +188,7 @@ class Coordinator:
 
     async def run(self, prepared: list[Prepared], transaction: bool,
                   update: pb.DirectoryUpdate | None = None,
-                  timeout: float | None = None) -> AsyncIterator[pb.ExecuteReply]:
+                  timeout: float | None = None) -> AsyncIterator[pb.ExecuteReplies]:
         await self._open.wait()
         self._inflight += 1
         self._idle.clear()
@@ -201,7 +202,7 @@ class Coordinator:
 
     async def _run(self, prepared: list[Prepared], transaction: bool,
                    update: pb.DirectoryUpdate | None,
-                   timeout: float | None) -> AsyncIterator[pb.ExecuteReply]:
+                   timeout: float | None) -> AsyncIterator[pb.ExecuteReplies]:
         await self.ensure_up()
         if update is not None:
             self.unsent.MergeFrom(update)
@@ -216,20 +217,28 @@ class Coordinator:
         for tu in tus.values():
             tu.directory.CopyFrom(update)
             tu.predicate_count = m
-        seq = self._broadcast(tus)
+        links = list(self.links)
+        timeout = timeout or self.timeout
+        inbox = pp.Inbox(links, self.seq + 1, asyncio.get_running_loop().time() + timeout,
+                          timeout, len(prepared))
+        inbox.register()          # before the broadcast: no reply can come before it is there
+        try:
+            seq = self._broadcast(tus)
+        except BaseException:
+            inbox.unregister()
+            raise
         self.unsent = pb.DirectoryUpdate()
-        async for reply in pp.gather(self.links, self.epoch, seq, prepared,
-                                     timeout or self.timeout, insert_clusters):
+        async for reply in pp.gather(links, seq, inbox, prepared, insert_clusters):
             yield reply
 
     async def execute(self, text: str, timeout: float | None = None
-                      ) -> AsyncIterator[pb.ExecuteReply]:
+                      ) -> AsyncIterator[pb.ExecuteReplies]:
         with metrics.handler("REQP", "request"):
             prepared, transaction = self.reqp.prepare(text)
         async for reply in self.run(prepared, transaction, timeout=timeout):
             yield reply
 
-    async def load(self, chunk: pb.LoadRequest) -> AsyncIterator[pb.ExecuteReply]:
+    async def load(self, chunk: pb.LoadRequest) -> AsyncIterator[pb.ExecuteReplies]:
         """Bulk INSERT: one traffic unit per chunk, checked like ABDL inserts."""
         with metrics.handler("REQP", "load"):
             p = self._prepare_load(chunk)

@@ -1,8 +1,13 @@
-"""The controller's link to one backend: a channel, the ordered bus, and result streams.
+"""The controller's link to one backend: a channel and the ordered bus.
 
-The bus is one client stream per backend. Traffic units are put on every
-backend's bus queue in one synchronous step, so all backends receive them in
-the same order — the broadcast bus of the paper's hardware, rebuilt.
+The bus is one bidirectional stream per backend. Traffic units are put on
+every backend's bus queue in one synchronous step, so all backends receive
+them in the same order — the broadcast bus of the paper's hardware, rebuilt.
+The backend's results come back on the same stream, tagged with the traffic
+unit's seq, and are routed to the PP that waits for them (`pending`). What
+was queued at once travels as one message each way, so under many users a
+message carries many traffic units, and a small request costs one message
+down and one up per backend instead of a call of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ class BackendLink:
         self.stub = rpc.BackendStub(self.channel)
         self.queue: asyncio.Queue[pb.BusMessage | None] | None = None
         self.bus_task: asyncio.Task | None = None
+        # seq -> the inbox of the PP gathering that traffic unit: (link, reply) items,
+        # (link, None) when the bus broke.
+        self.pending: dict[int, asyncio.Queue] = {}
         self.error = "not connected"
         self.metrics_url = ""
 
@@ -60,15 +68,27 @@ class BackendLink:
         self.queue = asyncio.Queue()
         self.queue.put_nowait(pb.BusMessage(hello=hello))
         self.error = ""
-        self.bus_task = asyncio.create_task(self._run_bus(self.queue))
+        self.pending = {}           # each bus has its own: a dying one fails only its units
+        self.bus_task = asyncio.create_task(self._run_bus(self.queue, self.pending))
 
-    async def _run_bus(self, queue: asyncio.Queue[pb.BusMessage | None]) -> None:
-        async def messages():  # noqa: ANN202 - async generator
+    async def _run_bus(self, queue: asyncio.Queue[pb.BusMessage | None],
+                       pending: dict[int, asyncio.Queue]) -> None:
+        async def batches():  # noqa: ANN202 - async generator
             while (msg := await queue.get()) is not None:
-                yield msg
+                batch = [msg]
+                while not queue.empty():     # everything queued meanwhile goes along
+                    if (msg := queue.get_nowait()) is None:
+                        yield pb.BusBatch(messages=batch)
+                        return
+                    batch.append(msg)
+                yield pb.BusBatch(messages=batch)
 
         try:
-            await self.stub.Bus(messages())
+            async for replies in self.stub.Bus(batches()):
+                for reply in replies.replies:
+                    inbox = pending.get(reply.seq)
+                    if inbox is not None:     # else: a unit PP gave up on (aborted)
+                        inbox.put_nowait((self, reply))
         except grpc.aio.AioRpcError as e:
             self.error = e.details() or e.code().name
             log.warning("bus to backend %s broke: %s", self.name, self.error)
@@ -76,14 +96,14 @@ class BackendLink:
             raise
         else:
             self.error = self.error or "bus closed"
+        finally:
+            for inbox in pending.values():   # their results will never come
+                inbox.put_nowait((self, None))
 
     def send(self, msg: pb.BusMessage) -> None:
         if self.queue is None or not self.up:
             raise self.unavailable()
         self.queue.put_nowait(msg)
-
-    def results(self, epoch: str, seq: int, timeout: float):  # noqa: ANN201 - a grpc call
-        return self.stub.Results(pb.ResultsRequest(epoch=epoch, seq=seq), timeout=timeout)
 
     def close_bus(self) -> None:
         if self.queue is not None:

@@ -13,10 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
-
-import grpc
 
 from controller.links import BackendLink
 from controller.reqp import Prepared
@@ -28,35 +27,87 @@ from mbds.values import from_pb
 BATCH_ROWS = 1000
 
 
+WINDOW = 8          # row batches (or groups) a backend may send of one unit ahead of PP
+GRANT = WINDOW // 2  # credit is returned in steps of this many
+FLUSH_BATCHES = 4    # row batches PP holds before it must pass them to the client
+
+
 class BackendFailure(Exception):
     def __init__(self, link: BackendLink, error: Exception) -> None:
         super().__init__(str(error))
         self.link, self.error = link, error
 
 
-class _Stream:
-    """One backend's result stream for one traffic unit."""
+class Inbox:
+    """One traffic unit's results from every backend, as they arrive on the buses.
 
-    def __init__(self, link: BackendLink, epoch: str, seq: int, timeout: float) -> None:
-        self.link, self.timeout = link, timeout
-        self.call = link.results(epoch, seq, timeout)
-        self.it = self.call.__aiter__()
+    Each backend sends its requests' results in request order; a backend that is
+    ahead of the others (results of request i+1 while PP still gathers request i)
+    is buffered here, within its credit window, so memory stays bounded.
+    """
 
-    async def next(self) -> pb.BackendReply:
-        try:
-            msg = await self.it.__anext__()
-        except StopAsyncIteration:
-            raise BackendFailure(self.link, self.link.unavailable(
-                "its result stream ended early")) from None
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                detail = f"no answer within the {self.timeout:g} s deadline"
-            else:
-                detail = e.details() or e.code().name
-            raise BackendFailure(self.link, self.link.unavailable(detail)) from None
+    def __init__(self, links: list[BackendLink], seq: int, deadline: float,
+                 timeout: float, requests: int) -> None:
+        self.links, self.seq, self.deadline, self.timeout = links, seq, deadline, timeout
+        self.end = requests             # the stage of `prepared` / `committed`
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.ahead: dict[BackendLink, deque[pb.BackendReply]] = {x: deque() for x in links}
+        self.consumed: dict[BackendLink, int] = dict.fromkeys(links, 0)
+
+    def register(self) -> None:
+        for link in self.links:
+            link.pending[self.seq] = self.queue
+
+    def unregister(self) -> None:
+        for link in self.links:
+            link.pending.pop(self.seq, None)
+
+    def _stage(self, msg: pb.BackendReply) -> int:
+        return self.end if msg.WhichOneof("body") in ("prepared", "committed") \
+            else msg.request_index
+
+    def _check(self, link: BackendLink, msg: pb.BackendReply | None) -> pb.BackendReply:
+        if msg is None:
+            raise BackendFailure(link, link.unavailable(link.error or "its bus closed"))
         if msg.WhichOneof("body") == "error":
-            raise BackendFailure(self.link, TrafficUnitAborted(msg.error))
+            raise BackendFailure(link, TrafficUnitAborted(msg.error))
         return msg
+
+    def ready(self, waiting: set[BackendLink], stage: int) -> bool:
+        """Would `take` answer without waiting?"""
+        return not self.queue.empty() or any(
+            self.ahead[x] and self._stage(self.ahead[x][0]) == stage for x in waiting)
+
+    async def take(self, waiting: set[BackendLink], stage: int
+                   ) -> tuple[BackendLink, pb.BackendReply]:
+        """The next reply of `stage` from one of the backends in `waiting`."""
+        for link in waiting:
+            ahead = self.ahead[link]
+            if ahead and self._stage(ahead[0]) == stage:
+                return link, ahead.popleft()
+        while True:
+            if self.queue.empty():
+                try:
+                    async with asyncio.timeout_at(self.deadline):
+                        link, msg = await self.queue.get()
+                except TimeoutError:
+                    late = next(iter(sorted(waiting, key=lambda x: x.index)))
+                    raise BackendFailure(late, late.unavailable(
+                        f"no answer within the {self.timeout:g} s deadline")) from None
+            else:
+                link, msg = self.queue.get_nowait()
+            msg = self._check(link, msg)
+            if link in waiting and self._stage(msg) == stage and not self.ahead[link]:
+                return link, msg
+            self.ahead[link].append(msg)
+
+    def consumed_batch(self, link: BackendLink) -> None:
+        """PP is done with one row batch (or group): return credit in steps."""
+        self.consumed[link] += 1
+        if self.consumed[link] >= GRANT and link.up:
+            link.send(pb.BusMessage(credit=pb.Credit(seq=self.seq,
+                                                     batches=self.consumed[link])))
+            self.consumed[link] = 0
 
 
 class _Aggregates:
@@ -109,13 +160,6 @@ def _batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]
 WRITE_OPS = ("INSERT", "DELETE", "UPDATE")
 
 
-async def _expect(s: _Stream, kind: str) -> None:
-    msg = await s.next()
-    if msg.WhichOneof("body") != kind:
-        raise BackendFailure(s.link, TrafficUnitAborted(
-            f"backend {s.link.name} sent {msg.WhichOneof('body')} instead of {kind}"))
-
-
 def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
     """The response time: from the traffic unit's arrival to this acknowledgement."""
     done.done.elapsed_ms = (time.perf_counter() - t0) * 1000
@@ -123,62 +167,68 @@ def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
     return done
 
 
-async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[Prepared],
-                 timeout: float, insert_clusters: list[int]) -> AsyncIterator[pb.ExecuteReply]:
-    """Collect one traffic unit's results from every backend and answer the user."""
+def _flush(out: list[pb.ExecuteReply]) -> pb.ExecuteReplies:
+    msg = pb.ExecuteReplies(replies=out)
+    out.clear()
+    return msg
+
+
+async def gather(links: list[BackendLink], seq: int, inbox: Inbox, prepared: list[Prepared],
+                 insert_clusters: list[int]) -> AsyncIterator[pb.ExecuteReplies]:
+    """Collect one traffic unit's results from every backend and answer the user.
+
+    Replies are passed on in `ExecuteReplies` messages: PP holds what it has while
+    more is ready at once, and passes it on before it would wait with rows in hand
+    (so a large answer streams) or when the traffic unit is finished.
+    """
     t0 = time.perf_counter()
     writes = any(p.op in WRITE_OPS for p in prepared)
     held: list[pb.ExecuteReply] = []
-    streams = [_Stream(link, epoch, seq, timeout) for link in links]
-    pending: dict[int, asyncio.Future] = {}
+    out: list[pb.ExecuteReply] = []
+    rows_held = 0
+    finished = False
     try:
         for i, p in enumerate(prepared):
             with metrics.handler("PP", "request_count"):
-                header = pb.ExecuteReply(request_index=i, header=pb.ReplyHeader(
-                    op=p.op, columns=p.columns))
+                out.append(pb.ExecuteReply(request_index=i, header=pb.ReplyHeader(
+                    op=p.op, columns=p.columns)))
                 stats = pb.RequestStats()
             with metrics.handler("PP", "aggregate_ops"):
                 aggs = _Aggregates(p) if p.aggregates else None
-            yield header
             sides: list[list[list[Any]]] = [[], []]
-            pending = {b: asyncio.ensure_future(s.next()) for b, s in enumerate(streams)}
-            while pending:
-                done, _ = await asyncio.wait(pending.values(),
-                                             return_when=asyncio.FIRST_COMPLETED)
-                for b in [b for b, f in pending.items() if f in done]:
-                    msg = pending.pop(b).result()
-                    t_msg = time.perf_counter()
-                    kind = msg.WhichOneof("body")
-                    if kind == "done":
-                        d = msg.done.stats
-                        stats.clusters_examined = max(stats.clusters_examined,
-                                                      d.clusters_examined)
-                        stats.records_retrieved += d.records_retrieved
-                        stats.backends.extend(d.backends)
-                        continue
-                    forward = None
-                    if kind == "rows":
-                        if p.op == "RETRIEVE_COMMON":
-                            sides[msg.rows.side].extend(json.loads(msg.rows.rows_json))
-                        else:
-                            forward = pb.ExecuteReply(request_index=i, rows=pb.RowBatch(
-                                rows_json=msg.rows.rows_json, count=msg.rows.count))
-                    elif kind == "group" and aggs is not None:
-                        aggs.add(msg.group)
-                    if metrics.internal_timing():   # PP's own work, not the client's
-                        metrics.HANDLER_SECONDS.labels("PP", "results", "").observe(
-                            time.perf_counter() - t_msg)
-                    if forward is not None:
-                        yield forward
-                    pending[b] = asyncio.ensure_future(streams[b].next())
+            waiting = set(links)
+            while waiting:
+                if rows_held and (rows_held >= FLUSH_BATCHES or not inbox.ready(waiting, i)):
+                    yield _flush(out)
+                    rows_held = 0
+                link, msg = await inbox.take(waiting, i)
+                t_msg = time.perf_counter()
+                kind = msg.WhichOneof("body")
+                if kind == "done":
+                    d = msg.done.stats
+                    stats.clusters_examined = max(stats.clusters_examined, d.clusters_examined)
+                    stats.records_retrieved += d.records_retrieved
+                    stats.backends.extend(d.backends)
+                    waiting.discard(link)
+                    continue
+                if kind == "rows":
+                    if p.op == "RETRIEVE_COMMON":
+                        sides[msg.rows.side].extend(json.loads(msg.rows.rows_json))
+                    else:
+                        out.append(pb.ExecuteReply(request_index=i, rows=pb.RowBatch(
+                            rows_json=msg.rows.rows_json, count=msg.rows.count)))
+                        rows_held += 1
+                elif kind == "group" and aggs is not None:
+                    aggs.add(msg.group)
+                inbox.consumed_batch(link)
+                if metrics.internal_timing():   # PP's own work, not the client's
+                    metrics.HANDLER_SECONDS.labels("PP", "results", "").observe(
+                        time.perf_counter() - t_msg)
             with metrics.handler("PP", "reply"):
-                final: list[pb.ExecuteReply] = []
                 if aggs is not None:
-                    final = _batches(i, aggs.rows())
+                    out.extend(_batches(i, aggs.rows()))
                 elif p.op == "RETRIEVE_COMMON":
-                    final = _batches(i, _join(p, *sides))
-            for r in final:
-                yield r
+                    out.extend(_batches(i, _join(p, *sides)))
             if p.op == "INSERT":
                 stats.clusters_examined = insert_clusters[i]
             stats.backends.sort(key=lambda s: s.backend)
@@ -186,26 +236,42 @@ async def gather(links: list[BackendLink], epoch: str, seq: int, prepared: list[
             if writes:
                 held.append(done)     # a write's `done` is its acknowledgement: after commit
             else:
-                yield _stamp(done, p.op, t0)
+                out.append(_stamp(done, p.op, t0))
         # A writing traffic unit commits only once every backend has prepared it
         # (written, not committed); then PP decides commit on every bus. It is
         # acknowledged only after every backend has committed.
+        end = len(prepared)
         if writes:
-            for s in streams:
-                await _expect(s, "prepared")
+            await _expect_all(inbox, links, end, "prepared")
             for link in links:
                 link.send(pb.BusMessage(commit=pb.Commit(seq=seq)))
-        for s in streams:
-            await _expect(s, "committed")
-        for done in held:
-            yield _stamp(done, prepared[done.request_index].op, t0)
+        await _expect_all(inbox, links, end, "committed")
+        finished = True
+        out.extend(_stamp(done, prepared[done.request_index].op, t0) for done in held)
+        if out:
+            yield _flush(out)
     except BackendFailure as f:
-        for link in links:
-            if link is not f.link and link.up:
-                link.send(pb.BusMessage(abort=pb.Abort(seq=seq, reason=str(f.error))))
+        finished = True
+        _abort(links, seq, str(f.error), but=f.link)
         raise f.error from None
     finally:
-        for fut in pending.values():
-            fut.cancel()
-        for s in streams:
-            s.call.cancel()
+        inbox.unregister()
+        if not finished:      # the client went away: roll the traffic unit back everywhere
+            _abort(links, seq, "PP stopped: the client went away")
+
+
+async def _expect_all(inbox: Inbox, links: list[BackendLink], stage: int, kind: str) -> None:
+    waiting = set(links)
+    while waiting:
+        link, msg = await inbox.take(waiting, stage)
+        if msg.WhichOneof("body") != kind:
+            raise BackendFailure(link, TrafficUnitAborted(
+                f"backend {link.name} sent {msg.WhichOneof('body')} instead of {kind}"))
+        waiting.discard(link)
+
+
+def _abort(links: list[BackendLink], seq: int, reason: str,
+           but: BackendLink | None = None) -> None:
+    for link in links:
+        if link is not but and link.up:
+            link.send(pb.BusMessage(abort=pb.Abort(seq=seq, reason=reason)))

@@ -69,8 +69,9 @@ class Client:
     def stream(self, text: str) -> Iterator[pb.ExecuteReply]:
         """The raw reply stream of one traffic unit (headers, row batches, done)."""
         try:
-            yield from self.stub.Execute(pb.ExecuteRequest(text=text, timeout_s=self.timeout),
-                                         timeout=self.timeout + 5)
+            for batch in self.stub.Execute(pb.ExecuteRequest(text=text, timeout_s=self.timeout),
+                                           timeout=self.timeout + 5):
+                yield from batch.replies
         except grpc.RpcError as e:
             raise _error(e) from None
 
@@ -106,9 +107,10 @@ class Client:
             if req.records:
                 yield req
         try:
-            for reply in self.stub.Load(chunks(), timeout=max(self.timeout, 3600)):
-                if reply.WhichOneof("body") == "done":
-                    yield reply.done
+            for batch in self.stub.Load(chunks(), timeout=max(self.timeout, 3600)):
+                for reply in batch.replies:
+                    if reply.WhichOneof("body") == "done":
+                        yield reply.done
         except grpc.RpcError as e:
             raise _error(e) from None
 

@@ -17,7 +17,7 @@ def test_natural_order_of_backend_names() -> None:
 
 
 async def _execute(c: Coordinator, text: str) -> list:
-    return collect([r async for r in c.execute(text)])
+    return collect([r async for batch in c.execute(text) for r in batch.replies])
 
 
 def test_scale_up_admits_a_backend(tmp_path: Path) -> None:

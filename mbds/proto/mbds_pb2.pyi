@@ -129,6 +129,12 @@ class ExecuteReply(_message.Message):
     done: RequestDone
     def __init__(self, request_index: _Optional[int] = ..., header: _Optional[_Union[ReplyHeader, _Mapping]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ...) -> None: ...
 
+class ExecuteReplies(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[ExecuteReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[ExecuteReply, _Mapping]]] = ...) -> None: ...
+
 class DefineRequest(_message.Message):
     __slots__ = ("yaml",)
     YAML_FIELD_NUMBER: _ClassVar[int]
@@ -322,18 +328,20 @@ class DirectoryUpdate(_message.Message):
     def __init__(self, files: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ...) -> None: ...
 
 class BusHello(_message.Message):
-    __slots__ = ("epoch", "backend_index", "peers", "internal_timing", "iig_address")
+    __slots__ = ("epoch", "backend_index", "peers", "internal_timing", "iig_address", "credit_window")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     BACKEND_INDEX_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
     INTERNAL_TIMING_FIELD_NUMBER: _ClassVar[int]
     IIG_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_WINDOW_FIELD_NUMBER: _ClassVar[int]
     epoch: str
     backend_index: int
     peers: _containers.RepeatedScalarFieldContainer[str]
     internal_timing: bool
     iig_address: str
-    def __init__(self, epoch: _Optional[str] = ..., backend_index: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ..., internal_timing: _Optional[bool] = ..., iig_address: _Optional[str] = ...) -> None: ...
+    credit_window: int
+    def __init__(self, epoch: _Optional[str] = ..., backend_index: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ..., internal_timing: _Optional[bool] = ..., iig_address: _Optional[str] = ..., credit_window: _Optional[int] = ...) -> None: ...
 
 class TrafficUnit(_message.Message):
     __slots__ = ("seq", "requests", "directory", "transaction", "predicate_count")
@@ -363,29 +371,39 @@ class Commit(_message.Message):
     seq: int
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
+class Credit(_message.Message):
+    __slots__ = ("seq", "batches")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    batches: int
+    def __init__(self, seq: _Optional[int] = ..., batches: _Optional[int] = ...) -> None: ...
+
 class BusMessage(_message.Message):
-    __slots__ = ("hello", "traffic_unit", "abort", "commit")
+    __slots__ = ("hello", "traffic_unit", "abort", "commit", "credit")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_UNIT_FIELD_NUMBER: _ClassVar[int]
     ABORT_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
     hello: BusHello
     traffic_unit: TrafficUnit
     abort: Abort
     commit: Commit
-    def __init__(self, hello: _Optional[_Union[BusHello, _Mapping]] = ..., traffic_unit: _Optional[_Union[TrafficUnit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ...) -> None: ...
+    credit: Credit
+    def __init__(self, hello: _Optional[_Union[BusHello, _Mapping]] = ..., traffic_unit: _Optional[_Union[TrafficUnit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ...) -> None: ...
 
-class BusAck(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+class BusBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[BusMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[BusMessage, _Mapping]]] = ...) -> None: ...
 
-class ResultsRequest(_message.Message):
-    __slots__ = ("epoch", "seq")
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    SEQ_FIELD_NUMBER: _ClassVar[int]
-    epoch: str
-    seq: int
-    def __init__(self, epoch: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+class BackendReplies(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[BackendReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[BackendReply, _Mapping]]] = ...) -> None: ...
 
 class PartialGroup(_message.Message):
     __slots__ = ("key", "sums", "counts", "mins", "maxs", "records")
@@ -500,6 +518,12 @@ class DescriptorIds(_message.Message):
     from_index: int
     results: _containers.RepeatedCompositeFieldContainer[PredicateDescriptors]
     def __init__(self, epoch: _Optional[str] = ..., seq: _Optional[int] = ..., from_index: _Optional[int] = ..., results: _Optional[_Iterable[_Union[PredicateDescriptors, _Mapping]]] = ...) -> None: ...
+
+class DescriptorIdsBatch(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedCompositeFieldContainer[DescriptorIds]
+    def __init__(self, ids: _Optional[_Iterable[_Union[DescriptorIds, _Mapping]]] = ...) -> None: ...
 
 class PeerAck(_message.Message):
     __slots__ = ()

@@ -37,12 +37,12 @@ class ControllerStub:
         self.Execute = channel.unary_stream(
                 '/mbds.Controller/Execute',
                 request_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.SerializeToString,
-                response_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReply.FromString,
+                response_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.FromString,
                 _registered_method=True)
         self.Load = channel.stream_stream(
                 '/mbds.Controller/Load',
                 request_serializer=mbds_dot_proto_dot_mbds__pb2.LoadRequest.SerializeToString,
-                response_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReply.FromString,
+                response_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.FromString,
                 _registered_method=True)
         self.Define = channel.unary_unary(
                 '/mbds.Controller/Define',
@@ -89,12 +89,12 @@ def add_ControllerServicer_to_server(servicer, server):
             'Execute': grpc.unary_stream_rpc_method_handler(
                     servicer.Execute,
                     request_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.FromString,
-                    response_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReply.SerializeToString,
+                    response_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.SerializeToString,
             ),
             'Load': grpc.stream_stream_rpc_method_handler(
                     servicer.Load,
                     request_deserializer=mbds_dot_proto_dot_mbds__pb2.LoadRequest.FromString,
-                    response_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReply.SerializeToString,
+                    response_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.SerializeToString,
             ),
             'Define': grpc.unary_unary_rpc_method_handler(
                     servicer.Define,
@@ -133,7 +133,7 @@ class Controller:
             target,
             '/mbds.Controller/Execute',
             mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.SerializeToString,
-            mbds_dot_proto_dot_mbds__pb2.ExecuteReply.FromString,
+            mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.FromString,
             options,
             channel_credentials,
             insecure,
@@ -160,7 +160,7 @@ class Controller:
             target,
             '/mbds.Controller/Load',
             mbds_dot_proto_dot_mbds__pb2.LoadRequest.SerializeToString,
-            mbds_dot_proto_dot_mbds__pb2.ExecuteReply.FromString,
+            mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.FromString,
             options,
             channel_credentials,
             insecure,
@@ -250,15 +250,10 @@ class BackendStub:
                 request_serializer=mbds_dot_proto_dot_mbds__pb2.DirectoryUpdate.SerializeToString,
                 response_deserializer=mbds_dot_proto_dot_mbds__pb2.HelloReply.FromString,
                 _registered_method=True)
-        self.Bus = channel.stream_unary(
+        self.Bus = channel.stream_stream(
                 '/mbds.Backend/Bus',
-                request_serializer=mbds_dot_proto_dot_mbds__pb2.BusMessage.SerializeToString,
-                response_deserializer=mbds_dot_proto_dot_mbds__pb2.BusAck.FromString,
-                _registered_method=True)
-        self.Results = channel.unary_stream(
-                '/mbds.Backend/Results',
-                request_serializer=mbds_dot_proto_dot_mbds__pb2.ResultsRequest.SerializeToString,
-                response_deserializer=mbds_dot_proto_dot_mbds__pb2.BackendReply.FromString,
+                request_serializer=mbds_dot_proto_dot_mbds__pb2.BusBatch.SerializeToString,
+                response_deserializer=mbds_dot_proto_dot_mbds__pb2.BackendReplies.FromString,
                 _registered_method=True)
 
 
@@ -284,13 +279,8 @@ class BackendServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Bus(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Results(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The bus: traffic units down in the controller's total order, results up.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -313,15 +303,10 @@ def add_BackendServicer_to_server(servicer, server):
                     request_deserializer=mbds_dot_proto_dot_mbds__pb2.DirectoryUpdate.FromString,
                     response_serializer=mbds_dot_proto_dot_mbds__pb2.HelloReply.SerializeToString,
             ),
-            'Bus': grpc.stream_unary_rpc_method_handler(
+            'Bus': grpc.stream_stream_rpc_method_handler(
                     servicer.Bus,
-                    request_deserializer=mbds_dot_proto_dot_mbds__pb2.BusMessage.FromString,
-                    response_serializer=mbds_dot_proto_dot_mbds__pb2.BusAck.SerializeToString,
-            ),
-            'Results': grpc.unary_stream_rpc_method_handler(
-                    servicer.Results,
-                    request_deserializer=mbds_dot_proto_dot_mbds__pb2.ResultsRequest.FromString,
-                    response_serializer=mbds_dot_proto_dot_mbds__pb2.BackendReply.SerializeToString,
+                    request_deserializer=mbds_dot_proto_dot_mbds__pb2.BusBatch.FromString,
+                    response_serializer=mbds_dot_proto_dot_mbds__pb2.BackendReplies.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -426,39 +411,12 @@ class Backend:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.stream_unary(
+        return grpc.experimental.stream_stream(
             request_iterator,
             target,
             '/mbds.Backend/Bus',
-            mbds_dot_proto_dot_mbds__pb2.BusMessage.SerializeToString,
-            mbds_dot_proto_dot_mbds__pb2.BusAck.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Results(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/mbds.Backend/Results',
-            mbds_dot_proto_dot_mbds__pb2.ResultsRequest.SerializeToString,
-            mbds_dot_proto_dot_mbds__pb2.BackendReply.FromString,
+            mbds_dot_proto_dot_mbds__pb2.BusBatch.SerializeToString,
+            mbds_dot_proto_dot_mbds__pb2.BackendReplies.FromString,
             options,
             channel_credentials,
             insecure,
@@ -553,7 +511,7 @@ class PeerStub:
         """
         self.DescriptorIdsStream = channel.stream_unary(
                 '/mbds.Peer/DescriptorIdsStream',
-                request_serializer=mbds_dot_proto_dot_mbds__pb2.DescriptorIds.SerializeToString,
+                request_serializer=mbds_dot_proto_dot_mbds__pb2.DescriptorIdsBatch.SerializeToString,
                 response_deserializer=mbds_dot_proto_dot_mbds__pb2.PeerAck.FromString,
                 _registered_method=True)
 
@@ -572,7 +530,7 @@ def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'DescriptorIdsStream': grpc.stream_unary_rpc_method_handler(
                     servicer.DescriptorIdsStream,
-                    request_deserializer=mbds_dot_proto_dot_mbds__pb2.DescriptorIds.FromString,
+                    request_deserializer=mbds_dot_proto_dot_mbds__pb2.DescriptorIdsBatch.FromString,
                     response_serializer=mbds_dot_proto_dot_mbds__pb2.PeerAck.SerializeToString,
             ),
     }
@@ -601,7 +559,7 @@ class Peer:
             request_iterator,
             target,
             '/mbds.Peer/DescriptorIdsStream',
-            mbds_dot_proto_dot_mbds__pb2.DescriptorIds.SerializeToString,
+            mbds_dot_proto_dot_mbds__pb2.DescriptorIdsBatch.SerializeToString,
             mbds_dot_proto_dot_mbds__pb2.PeerAck.FromString,
             options,
             channel_credentials,
