@@ -10,7 +10,10 @@ from pathlib import Path
 
 V2_ROOT = Path("/sys/fs/cgroup")
 V1_ROOT = Path("/sys/fs/cgroup/cpu")
-PERIOD_US = 100_000
+# A short enforcement period: with the default 100 ms a backend may run 40 ms
+# flat out and then sit throttled for 60 ms, which adds tens of milliseconds of
+# jitter to a 2 ms request. 10 ms makes the budget behave like a slower CPU.
+PERIOD_US = 10_000
 
 
 class CpuLimitUnavailable(RuntimeError):
