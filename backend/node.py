@@ -161,9 +161,10 @@ class BackendNode(RecpExecution):
         with self._h("cc.attribute_lock"):
             handle = await self._acquire("attribute", key, {("attr", *a): S for a in attrs})
         with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
-            st.found = dm.descriptor_search(self.directory, tu, self.session.index,
-                                            len(self.session.peers) or 1)
-            if len(self.session.peers) > 1 and tu.predicate_count:
+            split = self._split(tu)
+            st.found = dm.descriptor_search(self.directory, tu, self.session.index if split
+                                            else 0, len(self.session.peers) if split else 1)
+            if split:
                 self.peer_links.broadcast(pb.DescriptorIds(
                     epoch=key[0], seq=tu.seq, from_index=self.session.index,
                     results=dm.to_pb_results(st.found)))
@@ -171,6 +172,10 @@ class BackendNode(RecpExecution):
             self.cc.release(handle)
         st.arrived.set()
         self.stage2.put_nowait((key, st))
+
+    def _split(self, tu: pb.TrafficUnit) -> bool:
+        """Is this unit's descriptor search split over the backends (ids exchanged)?"""
+        return len(self.session.peers) > 1 and tu.predicate_count > 0 and tu.split_search
 
     async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
@@ -236,7 +241,7 @@ class BackendNode(RecpExecution):
     async def _stage2(self, key: tuple[str, int], st: TuState) -> None:
         tu = st.tu
         assert tu is not None
-        if len(self.session.peers) > 1 and tu.predicate_count:
+        if self._split(tu):
             try:
                 await asyncio.wait_for(st.peers_in.wait(), self.result_timeout)
             except TimeoutError:

@@ -38,7 +38,11 @@ def natural_key(name: str) -> list[object]:
 class Coordinator:
     def __init__(self, addresses: list[str], *, iig_address: str = "",
                  internal_timing: bool = True, timeout: float = 60.0,
-                 connect_timeout: float = 10.0, metrics_url: str = "") -> None:
+                 connect_timeout: float = 10.0, metrics_url: str = "",
+                 split_search_from: int = 1) -> None:
+        # Split descriptor search over the backends only for traffic units with at
+        # least this many predicates (1: always, the paper's design).
+        self.split_search_from = split_search_from
         self.metrics_url = metrics_url
         self.epoch = uuid.uuid4().hex[:12]
         self.links = [BackendLink(a) for a in addresses]
@@ -217,6 +221,7 @@ class Coordinator:
         for tu in tus.values():
             tu.directory.CopyFrom(update)
             tu.predicate_count = m
+            tu.split_search = m >= self.split_search_from
         links = list(self.links)
         timeout = timeout or self.timeout
         inbox = pp.Inbox(links, self.seq + 1, asyncio.get_running_loop().time() + timeout,

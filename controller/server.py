@@ -93,6 +93,7 @@ async def rediscover(coordinator: Coordinator, target: str, every: float = 2.0) 
 
 async def serve(*, listen: str, backends: list[str], advertise: str = "", discover: str = "",
                 internal_timing: bool = True, timeout: float = 60.0,
+                split_search_from: int = 1,
                 connect_timeout: float = 30.0, grace: float = 5.0, metrics_port: int = 0,
                 ready: asyncio.Event | None = None) -> None:
     """Run the controller until SIGTERM/SIGINT."""
@@ -102,6 +103,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     iig_address = advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{port}"
     coordinator = Coordinator(backends, iig_address=iig_address,
                               internal_timing=internal_timing, timeout=timeout,
+                              split_search_from=split_search_from,
                               connect_timeout=connect_timeout,
                               metrics_url=f"http://{iig_address.rsplit(':', 1)[0]}:{metrics_port}"
                                           "/metrics" if metrics_port else "")

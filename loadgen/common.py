@@ -45,6 +45,10 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Backends in the local cluster started for the run."),
         click.option("--backend-cpus", type=float, default=None,
                      help="CPU budget of each backend (cgroup; needs root). Default: none."),
+        click.option("--split-search-from", type=click.IntRange(min=1), default=1,
+                     show_default=True,
+                     help="Split descriptor search over the backends for traffic units "
+                          "with at least this many predicates (1: always, the paper's)."),
         click.option("--internal-timing", type=click.Choice(["on", "off"]), default="off",
                      show_default=True, help="Per-handler timing in the servers."),
         click.option("--seed", type=int, default=1, show_default=True,
@@ -63,11 +67,13 @@ def out_dir(mode: str, out: Path | None) -> Path:
     return path
 
 
-def machine_facts(backends: int, backend_cpus: float | None) -> Row:
+def machine_facts(backends: int, backend_cpus: float | None, split_search_from: int = 1
+                  ) -> Row:
     """What a reader needs to compare our numbers with another machine's."""
     return {"cpu_count": os.cpu_count(), "platform": platform.platform(),
             "python": sys.version.split()[0], "backends": backends,
             "backend_cpus": backend_cpus if backend_cpus else "unlimited",
+            "split_search_from": split_search_from,
             # Others' load on a shared machine shows up in our numbers: record it.
             "loadavg_1m": round(os.getloadavg()[0], 2),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -91,14 +97,15 @@ def command_line() -> str:
 @contextmanager
 def local_cluster(backends: int, *, backend_cpus: float | None = None,
                   internal_timing: bool = False, synchronous: str = "NORMAL",
-                  in_memory: bool = False) -> Iterator[str]:
+                  in_memory: bool = False, split_search_from: int = 1) -> Iterator[str]:
     """A fresh cluster in a temporary folder, so every run starts from empty files."""
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp:
         # The folder's unique name also names the backends' cgroups (--backend-cpus),
         # so concurrent runs never share a CPU budget.
         cluster = LocalCluster(Path(tmp), backends, internal_timing=internal_timing,
                                synchronous=synchronous, in_memory=in_memory,
-                               backend_cpus=backend_cpus)
+                               backend_cpus=backend_cpus,
+                               split_search_from=split_search_from)
         address = cluster.start()
         try:
             yield address

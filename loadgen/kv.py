@@ -183,7 +183,8 @@ def pivot(summary: list[Row]) -> list[Row]:
               help="Keys per type-A range of KNO (records one lookup's cluster holds).")
 @cluster_options
 def kv(batches: int, runs: int, durability: str, threads_list: str, range_size: int,
-       backends: int, backend_cpus: float | None, internal_timing: str, seed: int,
+       backends: int, backend_cpus: float | None, split_search_from: int,
+       internal_timing: str, seed: int,
        out: Path | None) -> None:
     """Key/value insert, fetch, update, delete: durability and threads (seed 002)."""
     modes = [m.strip().lower() for m in durability.split(",") if m.strip()]
@@ -192,8 +193,9 @@ def kv(batches: int, runs: int, durability: str, threads_list: str, range_size: 
                                  param_hint="--durability")
     threads = int_list(threads_list)
     folder = out_dir("kv", out)
-    facts = machine_facts(backends, backend_cpus)
+    facts = machine_facts(backends, backend_cpus, split_search_from)
     cluster_kw = {"backends": backends, "backend_cpus": backend_cpus,
+                  "split_search_from": split_search_from,
                   "internal_timing": internal_timing == "on"}
     summary: list[Row] = []
     raw: list[Row] = []

@@ -202,16 +202,17 @@ def log_lines(rows: list[Row], plans: list[list[Txn]], args: Row) -> list[str]:
 @cluster_options
 def tp(users: int, transactions: int, requests: int, random_requests: bool, think_ms: float,
        records: int, record_bytes: int, cluster_size: int, atomic: bool, rate: float | None,
-       max_inflight: int, backends: int, backend_cpus: float | None, internal_timing: str,
-       seed: int, out: Path | None) -> None:
+       max_inflight: int, backends: int, backend_cpus: float | None, split_search_from: int,
+       internal_timing: str, seed: int, out: Path | None) -> None:
     """Emulated users running transactions of random reads (seed 001)."""
     folder = out_dir("tp", out)
     started = time.ctime()
-    facts = machine_facts(backends, backend_cpus)
+    facts = machine_facts(backends, backend_cpus, split_search_from)
     plans = plan(users, transactions, requests, random_requests, think_ms, records, seed)
     txns = [t for p in plans for t in p]
     try:
         with local_cluster(backends, backend_cpus=backend_cpus,
+                           split_search_from=split_search_from,
                            internal_timing=internal_timing == "on") as address:
             with Client(address, timeout=600) as c:
                 define(c, definition(records, cluster_size))

@@ -240,13 +240,14 @@ def test2(client: Client, sizes: list[int], reps: int, cluster_size: int,
 @cluster_options
 def users(test: str, users_list: str, records: int, per_user: int, repeats: int, sizes: str,
           reps: int, cluster_size: int, backends: int, backend_cpus: float | None,
-          internal_timing: str, seed: int, out: Path | None) -> None:
+          split_search_from: int, internal_timing: str, seed: int, out: Path | None) -> None:
     """IDM 500 tests: throughput against users (1) or time against relation size (2)."""
     folder = out_dir("users" if test == "1" else "filesize", out)
-    facts = machine_facts(backends, backend_cpus)
+    facts = machine_facts(backends, backend_cpus, split_search_from)
     ulist = sorted(set(int_list(users_list)) | {1})
     try:
         with local_cluster(backends, backend_cpus=backend_cpus,
+                           split_search_from=split_search_from,
                            internal_timing=internal_timing == "on") as address, \
                 Client(address, timeout=600) as client:
             if test == "1":

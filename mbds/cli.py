@@ -80,9 +80,14 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
               envvar="MBDS_INTERNAL_TIMING", show_default=True)
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Default deadline of a traffic unit, seconds.")
+@click.option("--split-search-from", type=click.IntRange(min=1), default=1,
+              envvar="MBDS_SPLIT_SEARCH_FROM", show_default=True,
+              help="Split descriptor search over the backends (ids exchanged between them, "
+                   "the paper's design) for traffic units with at least this many "
+                   "predicates; smaller ones are searched whole on every backend.")
 @click.option("--metrics-port", type=int, help="Serve Prometheus /metrics on this port.")
 def controller(listen: str, backend_list: str, discover: str | None, expect: int,
-               advertise: str, internal_timing: str, timeout: float,
+               advertise: str, internal_timing: str, timeout: float, split_search_from: int,
                metrics_port: int | None) -> None:
     """Run the controller (REQP, IIG, PP)."""
     from controller.discovery import discover_backends
@@ -98,7 +103,7 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
     asyncio.run(serve(listen=listen, backends=addresses, advertise=advertise,
                       discover=discover or "",
                       internal_timing=internal_timing == "on", timeout=timeout,
-                      metrics_port=metrics_port or 0))
+                      split_search_from=split_search_from, metrics_port=metrics_port or 0))
 
 
 @main.command()
@@ -112,13 +117,18 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
 @click.option("--metrics-port", type=int, help="Controller /metrics port; backend K uses +1+K.")
 @click.option("--backend-cpus", type=float,
               help="CPU budget of each backend (cgroup; needs root), e.g. 0.5.")
+@click.option("--split-search-from", type=click.IntRange(min=1), default=1,
+              envvar="MBDS_SPLIT_SEARCH_FROM", show_default=True,
+              help="Split descriptor search over the backends (ids exchanged between them, "
+                   "the paper's design) for traffic units with at least this many "
+                   "predicates; smaller ones are searched whole on every backend.")
 def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str,
-       metrics_port: int | None, backend_cpus: float | None) -> None:
+       metrics_port: int | None, backend_cpus: float | None, split_search_from: int) -> None:
     """Start a controller and N backends as local processes; Ctrl-C stops them."""
     from mbds.cluster import LocalCluster, ProcessFailed
     cluster = LocalCluster(data_dir, n, port=port, internal_timing=internal_timing == "on",
                            synchronous=synchronous, metrics_port=metrics_port,
-                           backend_cpus=backend_cpus)
+                           backend_cpus=backend_cpus, split_search_from=split_search_from)
     from mbds.cpulimit import CpuLimitUnavailable
     try:
         address = cluster.start()

@@ -77,7 +77,9 @@ class LocalCluster:
     def __init__(self, data_dir: Path, backends: int, *, port: int = 0,
                  internal_timing: bool = True, synchronous: str = "NORMAL",
                  metrics_port: int | None = None, timeout: float = 60.0,
-                 backend_cpus: float | None = None, in_memory: bool = False) -> None:
+                 backend_cpus: float | None = None, in_memory: bool = False,
+                 split_search_from: int = 1) -> None:
+        self.split_search_from = split_search_from
         self.backend_cpus = backend_cpus
         self.in_memory = in_memory
         self.data_dir = Path(data_dir)
@@ -131,7 +133,8 @@ class LocalCluster:
         args = ["controller", "--listen", f"127.0.0.1:{self.port}", "--backends",
                 ",".join(p.address or "" for p in self.backends),
                 "--internal-timing", "on" if self.internal_timing else "off",
-                "--timeout", str(self.timeout)]
+                "--timeout", str(self.timeout),
+                "--split-search-from", str(self.split_search_from)]
         if self.metrics_port is not None:
             args += ["--metrics-port", str(self.metrics_port)]
         self.controller = Proc("controller", args)

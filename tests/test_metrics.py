@@ -249,3 +249,30 @@ def test_report_without_metrics_endpoints(cluster_factory) -> None:
     res = CliRunner().invoke(report, ["handlers", "--controller", r.cluster.address])
     assert res.exit_code == 1
     assert "no process serves /metrics" in res.output
+
+
+def test_small_traffic_units_search_whole_without_the_id_exchange(cluster_factory) -> None:
+    """--split-search-from M: units with fewer than M predicates are searched whole on
+    every backend (no dm.descriptor_ids); larger ones are split as in the paper. The
+    answers are the same either way (Table 2's records and clusters)."""
+    r, _ = start_with_metrics(cluster_factory, 3, split_search_from=6)
+    load_paper(r)
+    urls = metrics_urls(r)
+    names = [b.name for b in r.client.status().backends]
+    for req in P.REQUESTS:                       # 2 or 4 predicates each: all whole
+        before = scrape(urls)
+        rows = run_counting_rows(r, req.abdl())
+        expected = expected_counts(names, requests=1, rows_messages=rows, inserted=0,
+                                   predicates=False)
+        assert wait_for(urls, before, expected) == expected, req.number
+        [res] = r.client.execute(req.abdl())
+        assert len(res.records) == req.expected_records()
+        assert res.stats["clusters_examined"] == req.clusters
+    # Three conjunctions of two predicates: 6 >= 6, split and exchanged.
+    text = ("RETRIEVE ((FILE = PAPER) and (INTE2 = 10)) or ((FILE = PAPER) and (INTE2 = 130))"
+            " or ((FILE = PAPER) and (INTE1 = 999)) (INTE1)")
+    before = scrape(urls)
+    rows = run_counting_rows(r, text)
+    expected = expected_counts(names, requests=1, rows_messages=rows, inserted=0)
+    assert wait_for(urls, before, expected) == expected
+    assert sorted(x["INTE1"] for x in r.client.execute(text)[0].records) == [10, 130, 999]

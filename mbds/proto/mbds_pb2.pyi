@@ -344,18 +344,20 @@ class BusHello(_message.Message):
     def __init__(self, epoch: _Optional[str] = ..., backend_index: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ..., internal_timing: _Optional[bool] = ..., iig_address: _Optional[str] = ..., credit_window: _Optional[int] = ...) -> None: ...
 
 class TrafficUnit(_message.Message):
-    __slots__ = ("seq", "requests", "directory", "transaction", "predicate_count")
+    __slots__ = ("seq", "requests", "directory", "transaction", "predicate_count", "split_search")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     PREDICATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_SEARCH_FIELD_NUMBER: _ClassVar[int]
     seq: int
     requests: _containers.RepeatedCompositeFieldContainer[Request]
     directory: DirectoryUpdate
     transaction: bool
     predicate_count: int
-    def __init__(self, seq: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., transaction: _Optional[bool] = ..., predicate_count: _Optional[int] = ...) -> None: ...
+    split_search: bool
+    def __init__(self, seq: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., transaction: _Optional[bool] = ..., predicate_count: _Optional[int] = ..., split_search: _Optional[bool] = ...) -> None: ...
 
 class Abort(_message.Message):
     __slots__ = ("seq", "reason")
