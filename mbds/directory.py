@@ -212,8 +212,10 @@ class Directory:
         if not allowed:
             return set(clusters)
         positions = {a: i for i, a in enumerate(self.files[file].directory_attributes)}
-        # Start from the most selective attribute's descriptors, then filter on the rest.
-        order = sorted(allowed.items(), key=lambda kv: len(kv[1]))
+        # Start from the attribute whose descriptors cover the fewest clusters (FILE's
+        # one descriptor covers them all), then filter on the rest.
+        order = sorted(allowed.items(), key=lambda kv: sum(len(self.by_did.get(d, ()))
+                                                           for d in kv[1]))
         first_attr, first_dids = order[0]
         candidates: set[int] = set()
         for did in first_dids:
