@@ -96,10 +96,18 @@ def handler_means(before: Scrape, after: Scrape, runs: int) -> list[dict]:
     return rows
 
 
-def run_config(cfg: Config, *, scale: int, record_bytes: int, runs: int, requests: list[int],
-               table8: list[int], backend_cpus: float | None, workdir: Path,
-               metrics_base: int, progress: Progress, compose: bool = False) -> ConfigResult:
-    res = ConfigResult(cfg)
+@dataclass
+class Running:
+    """One configuration's cluster, up and loaded, with its client."""
+    result: ConfigResult
+    cluster: LocalCluster | ComposeCluster
+    client: Client
+    urls: list[str]
+
+
+def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: float | None,
+                 workdir: Path, metrics_port: int, compose: bool = False) -> Running:
+    """Start a fresh cluster for `cfg` and load its database (untimed)."""
     cluster: LocalCluster | ComposeCluster
     if compose:
         cluster = ComposeCluster(cfg.backends, internal_timing=cfg.timing,
@@ -107,36 +115,53 @@ def run_config(cfg: Config, *, scale: int, record_bytes: int, runs: int, request
     else:
         cluster = LocalCluster(workdir / cfg.name, cfg.backends, internal_timing=cfg.timing,
                                backend_cpus=backend_cpus,
-                               metrics_port=metrics_base if cfg.timing else None, timeout=600)
+                               metrics_port=metrics_port if cfg.timing else None, timeout=600)
     cluster.start()
+    res = ConfigResult(cfg)
     try:
-        with Client(cluster.address, timeout=600) as c:
-            t0 = time.perf_counter()
-            c.define(P.definition_yaml(scale))
-            for _ in c.load(P.FILE, P.ATTRIBUTES, P.records(scale, cfg.multi, record_bytes)):
-                pass
-            res.load_s = time.perf_counter() - t0
-            urls = []
-            if cfg.timing:
-                s = c.status()
-                urls = [s.metrics_url] + [b.metrics_url for b in s.backends]
-            task = progress.add_task(cfg.name, total=len(requests) * runs)
-            for n in requests:
-                text = P.REQUESTS[n - 1].abdl(scale)
-                timed_request(c, text)            # warm-up: caches as in steady state
-                before = scrape(urls) if cfg.timing and n in table8 else None
-                times = []
-                for _ in range(runs):
-                    ms, records, clusters = timed_request(c, text)
-                    times.append(ms)
-                    progress.advance(task)
-                res.times_ms[n], res.records[n], res.clusters[n] = times, records, clusters
-                if before is not None:
-                    res.handlers[n] = handler_means(before, settle(urls, scrape(urls)), runs)
-            progress.remove_task(task)
-    finally:
+        c = Client(cluster.address, timeout=600)
+        t0 = time.perf_counter()
+        c.define(P.definition_yaml(scale))
+        for _ in c.load(P.FILE, P.ATTRIBUTES, P.records(scale, cfg.multi, record_bytes)):
+            pass
+        res.load_s = time.perf_counter() - t0
+        urls: list[str] = []
+        if cfg.timing:
+            s = c.status()
+            urls = [s.metrics_url] + [b.metrics_url for b in s.backends]
+    except BaseException:
         cluster.stop()
-    return res
+        raise
+    return Running(res, cluster, c, urls)
+
+
+def measure(running: list[Running], *, scale: int, runs: int, requests: list[int],
+            table8: list[int], progress: Progress) -> None:
+    """Every request `runs` times on every configuration, interleaved.
+
+    Run r of a request goes to every configuration in turn (the order rotating with r),
+    so a slow spell of the machine falls on all configurations alike instead of on
+    whichever one happened to be measured then.
+    """
+    task = progress.add_task("measuring", total=len(requests) * runs * len(running))
+    for n in requests:
+        text = P.REQUESTS[n - 1].abdl(scale)
+        for r in running:
+            timed_request(r.client, text)            # warm-up: caches as in steady state
+        before = {id(r): scrape(r.urls) for r in running if r.urls and n in table8}
+        times: dict[int, list[float]] = {id(r): [] for r in running}
+        for k in range(runs):
+            for r in running[k % len(running):] + running[:k % len(running)]:
+                ms, records, clusters = timed_request(r.client, text)
+                times[id(r)].append(ms)
+                r.result.records[n], r.result.clusters[n] = records, clusters
+                progress.advance(task)
+        for r in running:
+            r.result.times_ms[n] = times[id(r)]
+            if id(r) in before:
+                r.result.handlers[n] = handler_means(before[id(r)],
+                                                     settle(r.urls, scrape(r.urls)), runs)
+    progress.remove_task(task)
 
 
 def machine(backend_cpus: float | None, compose: bool) -> dict:
@@ -162,7 +187,8 @@ def machine(backend_cpus: float | None, compose: bool) -> dict:
               help="CPU budget per backend (cgroup), e.g. 0.5: a backend is its own machine.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Results directory (default results/paper-<time>).")
-@click.option("--metrics-base", type=int, default=19100, show_default=True)
+@click.option("--metrics-base", type=int, default=19100, show_default=True,
+              help="First /metrics port; configuration i uses a block from base + (max n + 1) i.")
 @click.option("--compose", is_flag=True,
               help="Run each configuration on docker-compose (images from "
                    "docker/build-images.sh); --backend-cpus is each container's CPU limit.")
@@ -180,17 +206,26 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
     reqs = [int(x) for x in requests.split(",")]
     out = out or Path("results") / time.strftime("paper-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    results: list[ConfigResult] = []
+    running: list[Running] = []
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp, Progress(
             console=console, transient=True) as progress:
-        for cfg in configurations(counts, timings):
-            results.append(run_config(
-                cfg, scale=scale, record_bytes=record_bytes, runs=runs, requests=reqs,
-                table8=[int(x) for x in table8.split(",") if x], backend_cpus=backend_cpus,
-                workdir=Path(tmp), metrics_base=metrics_base, progress=progress,
-                compose=compose))
-            console.print(f"{cfg.name}: loaded {cfg.records * scale} records in "
-                          f"{results[-1].load_s:.1f} s; measured {len(reqs)} requests x {runs}")
+        try:
+            # Every configuration's cluster is up at once (idle ones cost no CPU), so
+            # their runs can be interleaved; each has its own ports and files.
+            for i, cfg in enumerate(configurations(counts, timings)):
+                running.append(start_config(
+                    cfg, scale=scale, record_bytes=record_bytes, backend_cpus=backend_cpus,
+                    workdir=Path(tmp), metrics_port=metrics_base + (max(counts) + 1) * i,
+                    compose=compose))
+                console.print(f"{cfg.name}: loaded {cfg.records * scale} records in "
+                              f"{running[-1].result.load_s:.1f} s")
+            measure(running, scale=scale, runs=runs, requests=reqs,
+                    table8=[int(x) for x in table8.split(",") if x], progress=progress)
+        finally:
+            for r in running:
+                r.client.close()
+                r.cluster.stop()
+    results = [r.result for r in running]
     meta = {"scale": scale, "record_bytes": record_bytes, "runs": runs, "requests": reqs,
             "backends": counts, "machine": machine(backend_cpus, compose),
             "configs": [asdict(r.config) for r in results]}
