@@ -104,6 +104,8 @@ def _plan_retrieval(directory: Directory, retrieval: pb.Retrieval, start: int,
             plan = plans.setdefault(f, FilePlan(schema, []))
             plan.clusters = sorted(set(plan.clusters) | directory.cluster_search(f, mine))
             plan.conjunctions.append(record_preds)
+    for f, plan in plans.items():
+        plan.every_cluster = len(plan.clusters) == len(directory.file_clusters.get(f, ()))
     return list(plans.values()), i
 
 

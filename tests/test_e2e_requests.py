@@ -133,3 +133,34 @@ def test_large_bodies_stream_in_batches_under_the_message_limit(census: Running)
     assert sum(batches) == 40 and len(batches) > 1
     [res] = c.execute("RETRIEVE ((FILE = Census) and (CITY = Big7)) (BODY)")
     assert res.records == [{"BODY": body}]
+
+
+@pytest.mark.parametrize("value", [0.1, 1e-7, 123456789.125, -2.5e300, 5e-324, 7.0])
+def test_floats_round_trip_exactly(census: Running, value: float) -> None:
+    """Rows are encoded to JSON by SQLite on the backend: every float comes back equal."""
+    c = census.client
+    c.execute(f"INSERT (<FILE, Census>, <CITY, Floaty>, <POP, 1>, <AREA, {value!r}>)")
+    [r] = c.execute("RETRIEVE ((FILE = Census) and (CITY = Floaty)) (AREA, POP)")
+    assert r.records == [{"AREA": value, "POP": 1}]
+    assert isinstance(r.records[0]["AREA"], float)
+    c.execute("DELETE ((FILE = Census) and (CITY = Floaty))")
+
+
+def test_strings_and_integers_round_trip_exactly(census: Running) -> None:
+    c = census.client
+    names = ["quote ' and \" both", "back\\slash", "tab\tand\u0001control",
+             "caf\u00e9 \u65e5\u672c", "emoji \U0001f600", "", "  spaced  "]
+    for i, name in enumerate(names):
+        quoted = "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        c.execute(f"INSERT (<FILE, Census>, <CITY, {quoted}>, <POP, {2**62 + i}>)")
+    [r] = c.execute("RETRIEVE ((FILE = Census) and (POP >= 4611686018427387904)) (CITY, POP)")
+    assert sorted((x["POP"], x["CITY"]) for x in r.records) == [
+        (2**62 + i, name) for i, name in enumerate(names)]
+
+
+def test_a_conjunction_without_record_condition_takes_every_record(census: Running) -> None:
+    """(FILE = Census) alone in one conjunction of several: every record of the file."""
+    c = census.client
+    [everything] = c.execute("RETRIEVE (FILE = Census) (CITY)")
+    [r] = c.execute("RETRIEVE ((FILE = Census) and (POP = 17)) or (FILE = Census) (CITY)")
+    assert sorted(x["CITY"] for x in r.records) == sorted(x["CITY"] for x in everything.records)
