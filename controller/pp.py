@@ -171,6 +171,8 @@ def _flush(out: list[pb.ExecuteReply]) -> pb.ExecuteReplies:
     msg = pb.ExecuteReplies(replies=out)
     out.clear()
     return msg
+# (rows_held counts the row batches in `out`: at most FLUSH_BATCHES of up to 1 MiB
+# each go in one message, well under the client's 64 MiB limit.)
 
 
 async def gather(links: list[BackendLink], seq: int, inbox: Inbox, prepared: list[Prepared],
@@ -225,10 +227,17 @@ async def gather(links: list[BackendLink], seq: int, inbox: Inbox, prepared: lis
                     metrics.HANDLER_SECONDS.labels("PP", "results", "").observe(
                         time.perf_counter() - t_msg)
             with metrics.handler("PP", "reply"):
+                final: list[pb.ExecuteReply] = []
                 if aggs is not None:
-                    out.extend(_batches(i, aggs.rows()))
+                    final = _batches(i, aggs.rows())
                 elif p.op == "RETRIEVE_COMMON":
-                    out.extend(_batches(i, _join(p, *sides)))
+                    final = _batches(i, _join(p, *sides))
+            for batch in final:          # at most FLUSH_BATCHES row batches a message
+                out.append(batch)
+                rows_held += 1
+                if rows_held >= FLUSH_BATCHES:
+                    yield _flush(out)
+                    rows_held = 0
             if p.op == "INSERT":
                 stats.clusters_examined = insert_clusters[i]
             stats.backends.sort(key=lambda s: s.backend)

@@ -72,6 +72,9 @@ class ConfigResult:
     def mean(self, req: int) -> float:
         return statistics.fmean(self.times_ms[req])
 
+    def median(self, req: int) -> float:
+        return statistics.median(self.times_ms[req])
+
     def sd(self, req: int) -> float:
         runs = self.times_ms[req]
         return statistics.stdev(runs) if len(runs) > 1 else 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -39,6 +40,11 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
     assert t4["rows"][1][1] == f"{improvement(a, b):.2f}%"
     assert improvement(a, b) < 100 and improvement_bound(2) == 50
     assert summary["tables"]["table5"]["rows"][1][1] == f"{reduction(a, c):.2f}%"
+    # …and the same formulas applied to the medians.
+    am, bm, cm = (statistics.median(configs[x]["requests"]["4"]["runs_ms"])
+                  for x in ("A.E", "B2.E", "C2.E"))
+    assert summary["tables"]["table45m"]["rows"][1] == [
+        "4", f"{am:.2f}", f"{improvement(am, bm):.2f}%", f"{reduction(am, cm):.2f}%"]
     # Table 8 has every process's handlers for request 1, on each backend.
     t8 = summary["tables"]["table8"]["rows"]
     assert {row[2] for row in t8} >= {"REQP", "PP", "DM", "CC", "RECP"}
