@@ -54,7 +54,6 @@ class BusOut:
 class TuState:
     key: tuple[str, int] = ("", 0)
     tu: pb.TrafficUnit | None = None
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
     bus: BusOut | None = None          # the bus it came on: where its results go
     credits: int = 0                   # row batches it may still send ahead of PP
     credit_ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -117,7 +116,7 @@ class BackendNode(RecpExecution):
         return st
 
     def _forget_unarrived(self, key: tuple[str, int], st: TuState) -> None:
-        if self.tus.get(key) is st and not st.arrived.is_set():
+        if self.tus.get(key) is st and st.tu is None:
             del self.tus[key]
 
     async def _acquire(self, kind: str, owner: object, wants: dict) -> tuple:
@@ -170,7 +169,6 @@ class BackendNode(RecpExecution):
                     results=dm.to_pb_results(st.found)))
         with self._h("cc.attribute_release"):
             self.cc.release(handle)
-        st.arrived.set()
         self.stage2.put_nowait((key, st))
 
     def _split(self, tu: pb.TrafficUnit) -> bool:

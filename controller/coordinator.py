@@ -143,17 +143,18 @@ class Coordinator:
                 log.info("backend %s rejoined", link.name)
 
     # ------------------------------------------------------- traffic units --
-    def _broadcast(self, build: dict[int, pb.TrafficUnit]) -> int:
-        """Give the traffic unit a place in the total order and put it on every bus."""
+    def _broadcast(self, build: dict[int, pb.TrafficUnit], inbox: pp.Inbox) -> None:
+        """Give the traffic unit a place in the total order and put it on every bus;
+        PP's inbox is registered first, so no reply can come before it is there."""
         down = [link for link in self.links if not link.up]
         if down:
             raise down[0].unavailable()
         self.seq += 1
+        inbox.register(self.seq)
         for link in self.links:
             tu = build[link.index]
             tu.seq = self.seq
             link.send(pb.BusMessage(traffic_unit=tu))
-        return self.seq
 
     def _place_inserts(self, prepared: list[Prepared], update: pb.DirectoryUpdate,
                        tus: dict[int, pb.TrafficUnit]) -> list[int]:
@@ -222,18 +223,12 @@ class Coordinator:
             tu.directory.CopyFrom(update)
             tu.predicate_count = m
             tu.split_search = m >= self.split_search_from
-        links = list(self.links)
         timeout = timeout or self.timeout
-        inbox = pp.Inbox(links, self.seq + 1, asyncio.get_running_loop().time() + timeout,
-                          timeout, len(prepared))
-        inbox.register()          # before the broadcast: no reply can come before it is there
-        try:
-            seq = self._broadcast(tus)
-        except BaseException:
-            inbox.unregister()
-            raise
+        inbox = pp.Inbox(list(self.links), asyncio.get_running_loop().time() + timeout, timeout,
+                         len(prepared))
+        self._broadcast(tus, inbox)
         self.unsent = pb.DirectoryUpdate()
-        async for reply in pp.gather(links, seq, inbox, prepared, insert_clusters):
+        async for reply in pp.gather(inbox, prepared, insert_clusters):
             yield reply
 
     async def execute(self, text: str, timeout: float | None = None

@@ -46,15 +46,17 @@ class Inbox:
     is buffered here, within its credit window, so memory stays bounded.
     """
 
-    def __init__(self, links: list[BackendLink], seq: int, deadline: float,
-                 timeout: float, requests: int) -> None:
-        self.links, self.seq, self.deadline, self.timeout = links, seq, deadline, timeout
+    def __init__(self, links: list[BackendLink], deadline: float, timeout: float,
+                 requests: int) -> None:
+        self.links, self.deadline, self.timeout = links, deadline, timeout
+        self.seq = 0                    # set when the traffic unit takes its place on the bus
         self.end = requests             # the stage of `prepared` / `committed`
         self.queue: asyncio.Queue = asyncio.Queue()
         self.ahead: dict[BackendLink, deque[pb.BackendReply]] = {x: deque() for x in links}
         self.consumed: dict[BackendLink, int] = dict.fromkeys(links, 0)
 
-    def register(self) -> None:
+    def register(self, seq: int) -> None:
+        self.seq = seq
         for link in self.links:
             link.pending[self.seq] = self.queue
 
@@ -91,7 +93,7 @@ class Inbox:
                     async with asyncio.timeout_at(self.deadline):
                         link, msg = await self.queue.get()
                 except TimeoutError:
-                    late = next(iter(sorted(waiting, key=lambda x: x.index)))
+                    late = min(waiting, key=lambda x: x.index)
                     raise BackendFailure(late, late.unavailable(
                         f"no answer within the {self.timeout:g} s deadline")) from None
             else:
@@ -175,7 +177,7 @@ def _flush(out: list[pb.ExecuteReply]) -> pb.ExecuteReplies:
 # each go in one message, well under the client's 64 MiB limit.)
 
 
-async def gather(links: list[BackendLink], seq: int, inbox: Inbox, prepared: list[Prepared],
+async def gather(inbox: Inbox, prepared: list[Prepared],
                  insert_clusters: list[int]) -> AsyncIterator[pb.ExecuteReplies]:
     """Collect one traffic unit's results from every backend and answer the user.
 
@@ -184,6 +186,7 @@ async def gather(links: list[BackendLink], seq: int, inbox: Inbox, prepared: lis
     (so a large answer streams) or when the traffic unit is finished.
     """
     t0 = time.perf_counter()
+    links, seq = inbox.links, inbox.seq
     writes = any(p.op in WRITE_OPS for p in prepared)
     held: list[pb.ExecuteReply] = []
     out: list[pb.ExecuteReply] = []

@@ -157,10 +157,3 @@ def test_strings_and_integers_round_trip_exactly(census: Running) -> None:
     assert sorted((x["POP"], x["CITY"]) for x in r.records) == [
         (2**62 + i, name) for i, name in enumerate(names)]
 
-
-def test_a_conjunction_without_record_condition_takes_every_record(census: Running) -> None:
-    """(FILE = Census) alone in one conjunction of several: every record of the file."""
-    c = census.client
-    [everything] = c.execute("RETRIEVE (FILE = Census) (CITY)")
-    [r] = c.execute("RETRIEVE ((FILE = Census) and (POP = 17)) or (FILE = Census) (CITY)")
-    assert sorted(x["CITY"] for x in r.records) == sorted(x["CITY"] for x in everything.records)
