@@ -163,7 +163,7 @@ class BackendNode(RecpExecution):
             split = self._split(tu)
             st.found = dm.descriptor_search(self.directory, tu, self.session.index if split
                                             else 0, len(self.session.peers) if split else 1)
-            if split:
+            if split and self.session.index in self._id_senders(tu):
                 self.peer_links.broadcast(pb.DescriptorIds(
                     epoch=key[0], seq=tu.seq, from_index=self.session.index,
                     results=dm.to_pb_results(st.found)))
@@ -174,6 +174,17 @@ class BackendNode(RecpExecution):
     def _split(self, tu: pb.TrafficUnit) -> bool:
         """Is this unit's descriptor search split over the backends (ids exchanged)?"""
         return len(self.session.peers) > 1 and tu.predicate_count > 0 and tu.split_search
+
+    def _id_senders(self, tu: pb.TrafficUnit) -> range:
+        """The backends that search a share of this unit's predicates (i mod n = index).
+
+        With fewer predicates than backends the others have nothing to search, so they
+        send nothing and nobody waits for them: request 4 of the paper (one predicate)
+        on four backends is three id messages, not twelve, and stage 2 waits for one
+        peer, not for the slowest of three.
+        """
+        m = sum(1 for _ in dm.predicates(tu))     # the same count on every backend
+        return range(min(m, len(self.session.peers)))
 
     async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
@@ -194,8 +205,7 @@ class BackendNode(RecpExecution):
         with self._h("dm.descriptor_ids"):
             st = self.state((msg.epoch, msg.seq))
             st.peer_ids[msg.from_index] = list(msg.results)
-            if len(st.peer_ids) >= len(self.session.peers) - 1:
-                st.peers_in.set()
+            st.peers_in.set()          # stage 2 checks whether every sender is in
 
     def on_abort(self, seq: int, reason: str) -> None:
         st = self.tus.get((self.session.epoch, seq))
@@ -240,14 +250,7 @@ class BackendNode(RecpExecution):
         tu = st.tu
         assert tu is not None
         if self._split(tu):
-            try:
-                await asyncio.wait_for(st.peers_in.wait(), self.result_timeout)
-            except TimeoutError:
-                missing = sorted(set(range(len(self.session.peers))) - set(st.peer_ids)
-                                 - {self.session.index})
-                raise RuntimeError(
-                    "no descriptor ids from backend(s) at "
-                    + ", ".join(self.session.peers[i] for i in missing)) from None
+            await self._wait_for_ids(st, set(self._id_senders(tu)) - {self.session.index})
         found = dict(st.found)
         for msgs in st.peer_ids.values():
             found.update(dm.from_pb_results(msgs))
@@ -264,6 +267,17 @@ class BackendNode(RecpExecution):
         if any(p.request.op in WRITES for p in plans):
             self.write_order.append(key)
         st.task = asyncio.create_task(self._execute(key, st, plans, lock))
+
+    async def _wait_for_ids(self, st: TuState, senders: set[int]) -> None:
+        try:
+            async with asyncio.timeout(self.result_timeout):
+                while not senders <= st.peer_ids.keys():
+                    st.peers_in.clear()
+                    await st.peers_in.wait()
+        except TimeoutError:
+            missing = sorted(senders - st.peer_ids.keys())
+            raise RuntimeError("no descriptor ids from backend(s) at "
+                               + ", ".join(self.session.peers[i] for i in missing)) from None
 
     # ----------------------------------------------------------- execution --
     async def _execute(self, key: tuple[str, int], st: TuState, plans: list[dm.RequestPlan],

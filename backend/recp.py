@@ -19,7 +19,10 @@ from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
 from mbds.values import Value, from_pb, to_pb
 
-BATCH_ROWS = 1000          # rows per RowBatch at most
+# Rows per RowBatch at most. gRPC's cost is per message, so fewer, larger messages cut
+# the CPU per row at the backend, at PP and at the client (PP spent 0.4 ms forwarding a
+# 1,000-row batch); 4,000 of the paper's rows are about 0.5 MB.
+BATCH_ROWS = 4000
 BATCH_BYTES = 1 << 20      # …and about this much JSON: well under gRPC's 4 MiB limit
 STEP_ROWS = 100            # rows fetched and encoded per step
 SQL_OPS = ["=", "!=", "<", "<=", ">", ">="]   # indexed by pb.Relop

@@ -123,8 +123,10 @@ def wait_for(urls: list[str], before: Samples, expected: dict[Key, float],
 
 
 def expected_counts(backends: list[str], *, requests: int, rows_messages: int,
-                    inserted: int, predicates: bool = True) -> dict[Key, float]:
-    """SPEC §4: how often each handler runs for one traffic unit of `requests` requests."""
+                    inserted: int, predicates: int = 4) -> dict[Key, float]:
+    """SPEC §4: how often each handler runs for one traffic unit of `requests` requests
+    with `predicates` predicates in all (the paper's request 1 has four), on backends
+    listed in index order."""
     n = len(backends)
     exp: dict[Key, float] = {("REQP", "request", ""): 1,
                              ("PP", "request_count", ""): requests,
@@ -140,11 +142,14 @@ def expected_counts(backends: list[str], *, requests: int, rows_messages: int,
                                            "did_group_lock", "did_group_release",
                                            "cluster_lock", "cluster_release")}
     per_backend |= {("RECP", "request"): 1, ("RECP", "process"): requests}
-    if n > 1 and predicates:     # a traffic unit with no predicates exchanges no ids
-        per_backend[("DM", "descriptor_ids")] = n - 1   # one message from every peer
-    for b in backends:
+    # Backend k searches predicates i with i mod n = k and sends its ids to every peer;
+    # a backend with no share sends nothing. No predicates: no exchange at all.
+    senders = range(min(predicates, n)) if n > 1 else range(0)
+    for k, b in enumerate(backends):
         for (process, handler), count in per_backend.items():
             exp[(process, handler, b)] = count
+        if len(senders) - (k in senders):
+            exp[("DM", "descriptor_ids", b)] = len(senders) - (k in senders)
     return exp
 
 
@@ -186,7 +191,7 @@ def test_each_handler_moves_by_its_count(cluster_factory, n: int) -> None:
     before = scrape(urls)
     assert run_counting_rows(r, INSERT2) == 0
     expected = expected_counts(names, requests=2, rows_messages=0, inserted=2,
-                               predicates=False)
+                               predicates=0)
     assert wait_for(urls, before, expected) == expected
 
     # An aggregate: one partial group per backend holding records, each a PP results call.
@@ -194,7 +199,9 @@ def test_each_handler_moves_by_its_count(cluster_factory, n: int) -> None:
     results = r.client.execute("RETRIEVE (FILE = PAPER) (COUNT(INTE1))")
     assert results[0].records == [{"COUNT(INTE1)": 1002}]
     holding = sum(1 for b in results[0].stats["backends"] if b["records"])
-    expected = expected_counts(names, requests=1, rows_messages=holding, inserted=0)
+    # One predicate (FILE = PAPER): only backend 0 has a share, the others wait for it.
+    expected = expected_counts(names, requests=1, rows_messages=holding, inserted=0,
+                               predicates=1)
     assert wait_for(urls, before, expected) == expected
 
 
@@ -263,7 +270,7 @@ def test_small_traffic_units_search_whole_without_the_id_exchange(cluster_factor
         before = scrape(urls)
         rows = run_counting_rows(r, req.abdl())
         expected = expected_counts(names, requests=1, rows_messages=rows, inserted=0,
-                                   predicates=False)
+                                   predicates=0)
         assert wait_for(urls, before, expected) == expected, req.number
         [res] = r.client.execute(req.abdl())
         assert len(res.records) == req.expected_records()
@@ -273,6 +280,7 @@ def test_small_traffic_units_search_whole_without_the_id_exchange(cluster_factor
             " or ((FILE = PAPER) and (INTE1 = 999)) (INTE1)")
     before = scrape(urls)
     rows = run_counting_rows(r, text)
-    expected = expected_counts(names, requests=1, rows_messages=rows, inserted=0)
+    expected = expected_counts(names, requests=1, rows_messages=rows, inserted=0,
+                               predicates=6)
     assert wait_for(urls, before, expected) == expected
     assert sorted(x["INTE1"] for x in r.client.execute(text)[0].records) == [10, 130, 999]
