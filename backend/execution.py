@@ -46,6 +46,8 @@ class RecpExecution:
         if st.cancelled:
             raise Cancelled(st.cancelled)
         if msg.WhichOneof("body") in ("rows", "group"):
+            if st.credits <= 0:
+                metrics.CREDIT_WAITS.labels(self.name).inc()
             while st.credits <= 0:
                 st.credit_ready.clear()
                 try:

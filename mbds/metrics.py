@@ -28,6 +28,9 @@ REQUEST_ERRORS = Counter(
 LOCK_WAIT_SECONDS = Histogram(
     "mbds_cc_lock_wait_seconds", "Time a traffic unit waited for its CC lock set",
     ["kind", "backend"], buckets=BUCKETS)
+CREDIT_WAITS = Counter(
+    "mbds_recp_credit_waits_total", "Times RECP held a row batch until PP returned credit "
+    "(flow control: PP, or the client behind it, is a window of batches behind)", ["backend"])
 RECORDS_PROCESSED = Counter(
     "mbds_records_processed_total", "Records retrieved or changed by RECP", ["op", "backend"])
 

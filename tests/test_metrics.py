@@ -16,12 +16,15 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from mbds import paper as P
+from mbds.client import Client
 from mbds.cluster import ProcessFailed
+from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.report import report
 from tests.conftest import Running
 
@@ -284,3 +287,48 @@ def test_small_traffic_units_search_whole_without_the_id_exchange(cluster_factor
                                predicates=6)
     assert wait_for(urls, before, expected) == expected
     assert sorted(x["INTE1"] for x in r.client.execute(text)[0].records) == [10, 130, 999]
+
+
+def test_a_slow_client_holds_up_only_its_own_answer(cluster_factory) -> None:
+    """Flow control: RECP sends a window of row batches ahead of PP and then waits for
+    credit, which PP returns as it passes rows on to the client. A client that stops
+    reading makes the backend wait (mbds_recp_credit_waits_total moves) once the
+    buffers between them are full, without holding up anyone else's requests, and
+    gets every row once it reads on."""
+    r, _ = start_with_metrics(cluster_factory, 1)
+    load_paper(r)
+    urls = metrics_urls(r)
+    body = "y" * 400_000      # 2 records per 1 MiB batch: 200 records, 100 batches, 80 MB
+    for part in range(2):
+        r.client.execute("[" + "; ".join(
+            f"INSERT (<FILE, PAPER>, <INTE1, {2000 + i}>, <INTE2, 1>, <MULTI, Big>) {{{body}}}"
+            for i in range(100 * part, 100 * part + 100)) + "]")
+    before = scrape(urls)
+    slow = Client(r.cluster.address, timeout=60)
+    # Without BDP probing the client's HTTP/2 window stays small, so what a stalled
+    # reader leaves in flight is bounded by the transport's buffers.
+    slow.channel = grpc.insecure_channel(r.cluster.address, options=[
+        ("grpc.max_receive_message_length", 64 << 20), ("grpc.http2.bdp_probe", 0)])
+    slow.stub = rpc.ControllerStub(slow.channel)
+    try:
+        stream = slow.stream("RETRIEVE ((FILE = PAPER) and (MULTI = Big)) (INTE1, BODY)")
+        first = next(stream)             # the unit has started; now the client stalls
+        waits: dict[Labels, float] = {}
+        deadline = time.monotonic() + 30
+        while not waits and time.monotonic() < deadline:
+            time.sleep(0.1)
+            waits = delta(series(before, "mbds_recp_credit_waits_total"),
+                          series(scrape(urls), "mbds_recp_credit_waits_total"))
+        assert waits, "the backend never waited for credit while the client stalled"
+        # Meanwhile another client's request is answered (reads share their locks).
+        t0 = time.monotonic()
+        [res] = r.client.execute(P.REQUESTS[0].abdl())
+        assert len(res.records) == P.REQUESTS[0].expected_records()
+        assert time.monotonic() - t0 < 10
+        # Reading on, the slow client gets all 200 records, each body intact.
+        rows = [row for reply in [first, *stream] if reply.WhichOneof("body") == "rows"
+                for row in json.loads(reply.rows.rows_json)]
+        assert sorted(x[0] for x in rows) == list(range(2000, 2200))
+        assert all(x[1] == body for x in rows)
+    finally:
+        slow.close()
