@@ -216,6 +216,7 @@ class BackendNode(RecpExecution):
         st.cancelled = reason
         st.decided.set()               # a writer waiting for the decision rolls back
         st.credit_ready.set()          # a RECP step waiting for credit gives up
+        st.peers_in.set()              # so does stage 2 waiting for a peer's ids
         if st.task is not None and not st.task.done():
             st.task.cancel()
 
@@ -242,6 +243,9 @@ class BackendNode(RecpExecution):
             key, st = await self.stage2.get()
             try:
                 await self._stage2(key, st)
+            except Cancelled:
+                await self._finish(st, error=f"backend {self.name}: traffic unit aborted: "
+                                             f"{st.cancelled}")
             except Exception as e:  # noqa: BLE001 - report any failure to PP, keep serving
                 log.exception("stage 2 failed for %s", key)
                 await self._finish(st, error=f"backend {self.name}: {e}")
@@ -272,6 +276,8 @@ class BackendNode(RecpExecution):
         try:
             async with asyncio.timeout(self.result_timeout):
                 while not senders <= st.peer_ids.keys():
+                    if st.cancelled:   # e.g. the peer crashed and PP aborted the unit:
+                        raise Cancelled(st.cancelled)   # later units must not wait too
                     st.peers_in.clear()
                     await st.peers_in.wait()
         except TimeoutError:

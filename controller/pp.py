@@ -264,7 +264,9 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
             yield _flush(out)
     except BackendFailure as f:
         finished = True
-        _abort(links, seq, str(f.error), but=f.link)
+        # Every backend, the failing one too: one that missed the deadline may be alive
+        # and waiting (e.g. for a silent peer's ids); a closed bus is skipped.
+        _abort(links, seq, str(f.error))
         raise f.error from None
     finally:
         inbox.unregister()
@@ -282,8 +284,7 @@ async def _expect_all(inbox: Inbox, links: list[BackendLink], stage: int, kind: 
         waiting.discard(link)
 
 
-def _abort(links: list[BackendLink], seq: int, reason: str,
-           but: BackendLink | None = None) -> None:
+def _abort(links: list[BackendLink], seq: int, reason: str) -> None:
     for link in links:
-        if link is not but and link.up:
+        if link.up:
             link.send(pb.BusMessage(abort=pb.Abort(seq=seq, reason=reason)))

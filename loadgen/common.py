@@ -124,6 +124,7 @@ class Counted(NamedTuple):
     clusters: int          # clusters examined
     system_ms: float       # the controller's own elapsed time (inside MBDS, no client)
     backend_ms: float      # the slowest backend's own time (DM + CC + RECP)
+    backend_mean_ms: float = 0.0    # …and the mean over the backends
 
 
 def run_counted(client: Client, text: str) -> Counted:
@@ -133,7 +134,7 @@ def run_counted(client: Client, text: str) -> Counted:
     decoding time would otherwise be part of every measured response.
     """
     rows = changed = clusters = 0
-    system_ms = backend_ms = 0.0
+    system_ms = backend_ms = backend_mean = 0.0
     for reply in client.stream(text):
         kind = reply.WhichOneof("body")
         if kind == "rows":
@@ -142,8 +143,10 @@ def run_counted(client: Client, text: str) -> Counted:
             changed += reply.done.stats.records_retrieved
             clusters += reply.done.stats.clusters_examined
             system_ms += reply.done.elapsed_ms
-            backend_ms += max((b.elapsed_ms for b in reply.done.stats.backends), default=0.0)
-    return Counted(rows, changed, clusters, system_ms, backend_ms)
+            each = [b.elapsed_ms for b in reply.done.stats.backends]
+            backend_ms += max(each, default=0.0)
+            backend_mean += sum(each) / len(each) if each else 0.0
+    return Counted(rows, changed, clusters, system_ms, backend_ms, backend_mean)
 
 
 def rng(seed: int, *parts: object) -> random.Random:

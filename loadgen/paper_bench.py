@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from loadgen import paper_report
-from loadgen.common import run_counted
+from loadgen.common import Counted, run_counted
 from loadgen.compose_cluster import ComposeCluster
 from mbds import paper as P
 from mbds.client import Client
@@ -67,6 +67,8 @@ class ConfigResult:
     records: dict[int, int] = field(default_factory=dict)
     clusters: dict[int, int] = field(default_factory=dict)
     handlers: dict[int, list[dict]] = field(default_factory=dict)      # Table 8 rows
+    # request -> runs of (mean, max) over the backends of their own time (RECP et al.)
+    backend_ms: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     load_s: float = 0.0
 
     def mean(self, req: int) -> float:
@@ -80,11 +82,11 @@ class ConfigResult:
         return statistics.stdev(runs) if len(runs) > 1 else 0.0
 
 
-def timed_request(client: Client, text: str) -> tuple[float, int, int]:
-    """(response time ms, records received, clusters examined) of one request."""
+def timed_request(client: Client, text: str) -> tuple[float, Counted]:
+    """(response time ms, what came back) of one request."""
     t0 = time.perf_counter()
     counted = run_counted(client, text)
-    return (time.perf_counter() - t0) * 1000, counted.rows, counted.clusters
+    return (time.perf_counter() - t0) * 1000, counted
 
 
 def handler_means(before: Scrape, after: Scrape, runs: int) -> list[dict]:
@@ -153,14 +155,17 @@ def measure(running: list[Running], *, scale: int, runs: int, requests: list[int
             timed_request(r.client, text)            # warm-up: caches as in steady state
         before = {id(r): scrape(r.urls) for r in running if r.urls and n in table8}
         times: dict[int, list[float]] = {id(r): [] for r in running}
+        own: dict[int, list[tuple[float, float]]] = {id(r): [] for r in running}
         for k in range(runs):
             for r in running[k % len(running):] + running[:k % len(running)]:
-                ms, records, clusters = timed_request(r.client, text)
+                ms, got = timed_request(r.client, text)
                 times[id(r)].append(ms)
-                r.result.records[n], r.result.clusters[n] = records, clusters
+                own[id(r)].append((got.backend_mean_ms, got.backend_ms))
+                r.result.records[n], r.result.clusters[n] = got.rows, got.clusters
                 progress.advance(task)
         for r in running:
             r.result.times_ms[n] = times[id(r)]
+            r.result.backend_ms[n] = own[id(r)]
             if id(r) in before:
                 r.result.handlers[n] = handler_means(before[id(r)],
                                                      settle(r.urls, scrape(r.urls)), runs)

@@ -45,6 +45,11 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
                   for x in ("A.E", "B2.E", "C2.E"))
     assert summary["tables"]["table45m"]["rows"][1] == [
         "4", f"{am:.2f}", f"{improvement(am, bm):.2f}%", f"{reduction(am, cm):.2f}%"]
+    # Table 5 taken apart: the parts add up to the reduction; RECP times are per run.
+    [row] = [r for r in summary["tables"]["table5x"]["rows"] if r[0] == "4"]
+    red, *parts = (float(x.rstrip("%")) for x in row[7:])
+    assert abs(sum(parts) - red) < 0.02 and red == round(reduction(a, c), 2)
+    assert float(row[6]) >= float(row[5]) > 0      # the slowest backend ≥ their mean
     # Table 8 has every process's handlers for request 1, on each backend.
     t8 = summary["tables"]["table8"]["rows"]
     assert {row[2] for row in t8} >= {"REQP", "PP", "DM", "CC", "RECP"}
@@ -52,4 +57,7 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
     with (out / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 5 * 3 * 2
+    for row in rows:     # each backend's own time is inside the response time
+        assert 0 < float(row["recp_mean_ms"]) <= float(row["recp_slowest_ms"])
+        assert float(row["recp_slowest_ms"]) < float(row["response_ms"])
     assert "Table 4" in (out / "report.md").read_text()

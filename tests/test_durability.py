@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -85,3 +86,38 @@ def test_starting_with_fewer_backends_than_the_data_holds_is_refused(tmp_path) -
     from mbds.cluster import LocalCluster, ProcessFailed
     with pytest.raises(ProcessFailed, match="holds data of 2 backends"):
         LocalCluster(tmp_path / "d", 1).start()
+
+
+def test_a_unit_aborted_while_waiting_for_a_frozen_peers_ids_frees_the_others(
+        cluster_factory) -> None:  # noqa: ANN001
+    """Stage 2 runs in bus order, so a unit waiting for a silent peer's descriptor ids
+    would hold up every later unit on its backend. When PP gives up on it (the
+    deadline names the silent backend) and aborts it, the waiting backends drop it at
+    once instead of after their 60 s result timeout."""
+    r = cluster_factory(3)
+    r.client.define(CENSUS_YAML)
+    assert all(insert(r.client, i) for i in range(6))
+    frozen = r.cluster.backends[1]
+    frozen.signal(signal.SIGSTOP)               # alive, connected, and silent
+    four_predicates = ("RETRIEVE ((FILE = Census) and (POP >= 0)) or "
+                       "((FILE = Census) and (POP < 0)) (CITY)")
+    try:
+        with Client(r.cluster.address, timeout=2) as impatient:
+            with pytest.raises(ClientError) as err:
+                impatient.execute(four_predicates)
+        assert "deadline" in str(err.value)   # no backend answered: b0, b2 wait for b1
+    finally:
+        frozen.kill()                           # SIGKILL works on a stopped process
+    r.cluster.restart_backend(1)
+    t0 = time.monotonic()
+    deadline = t0 + 20
+    while True:
+        try:
+            [res] = r.client.execute(four_predicates)
+            break
+        except ClientError:                     # b1 still rejoining
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    assert len(res.records) == 6
+    assert time.monotonic() - t0 < 15           # not the 60 s result timeout
