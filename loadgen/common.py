@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import click
 
+from loadgen.speed import speed_probe_ms
 from mbds.client import Client, ClientError
 from mbds.cluster import LocalCluster
 
@@ -76,6 +77,8 @@ def machine_facts(backends: int, backend_cpus: float | None, split_search_from: 
             "split_search_from": split_search_from,
             # Others' load on a shared machine shows up in our numbers: record it.
             "loadavg_1m": round(os.getloadavg()[0], 2),
+            # …and how fast the CPU is right now (loadgen/speed.py; lower is faster).
+            "speed_probe_ms": round(speed_probe_ms(), 1),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 

@@ -27,6 +27,7 @@ from rich.progress import Progress
 from loadgen import paper_report
 from loadgen.common import Counted, run_counted
 from loadgen.compose_cluster import ComposeCluster
+from loadgen.speed import speed_probe_ms
 from mbds import paper as P
 from mbds.client import Client
 from mbds.cluster import LocalCluster
@@ -215,6 +216,7 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
     out = out or Path("results") / time.strftime("paper-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     running: list[Running] = []
+    speed = {"before": speed_probe_ms()}
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp, Progress(
             console=console, transient=True) as progress:
         try:
@@ -229,13 +231,15 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
                               f"{running[-1].result.load_s:.1f} s")
             measure(running, scale=scale, runs=runs, requests=reqs,
                     table8=[int(x) for x in table8.split(",") if x], progress=progress)
+            speed["after"] = speed_probe_ms()
         finally:
             for r in running:
                 r.client.close()
                 r.cluster.stop()
     results = [r.result for r in running]
     meta = {"scale": scale, "record_bytes": record_bytes, "runs": runs, "requests": reqs,
-            "backends": counts, "machine": machine(backend_cpus, compose),
+            "backends": counts, "machine": machine(backend_cpus, compose) | {
+                "speed_probe_ms": speed},
             "configs": [asdict(r.config) for r in results]}
     paper_report.write(out, meta, results, console)
     (out / "meta.json").write_text(json.dumps(meta, indent=2))

@@ -24,6 +24,10 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
     for name in ("runs.csv", "summary.json", "report.md", "meta.json", "response_time.png",
                  "improvement.png", "reduction.png"):
         assert (out / name).stat().st_size > 0, name
+    meta = json.loads((out / "meta.json").read_text())
+    speed = meta["machine"]["speed_probe_ms"]       # the CPU's speed, before and after
+    assert set(speed) == {"before", "after"} and all(v > 0 for v in speed.values())
+    assert f"{speed['before']:.1f}" in (out / "report.md").read_text()
     summary = json.loads((out / "summary.json").read_text())
     configs = {r["config"]: r for r in summary["results"]}
     assert set(configs) == {"A.E", "B2.E", "C2.E", "A.I", "B2.I"}

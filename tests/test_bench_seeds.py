@@ -23,7 +23,9 @@ def run(cmd: click.Command, out: Path, *args: str) -> dict[str, Any]:
     assert result.exit_code == 0, result.output
     assert (out / "summary.md").read_text().startswith("# ")
     assert "mbds bench" in (out / "summary.md").read_text()
-    return json.loads((out / "results.json").read_text())
+    data = json.loads((out / "results.json").read_text())
+    assert data["machine"]["speed_probe_ms"] > 0      # how fast the CPU was, recorded
+    return data
 
 
 def rows(path: Path) -> list[dict[str, str]]:
