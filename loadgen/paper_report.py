@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
+from loadgen import paper_parts
 from loadgen.formulas import (
     PAPER_IMPROVEMENT,
     PAPER_REDUCTION,
@@ -85,8 +85,10 @@ def build_tables(meta: dict, results: list[ConfigResult]) -> dict[str, dict]:
                      "reduction (A.E against C_n.E)",
             "columns": ["request", "A.E median (ms)"] + [f"improvement 1→{n}" for n in ns]
             + [f"reduction 1→{n}" for n in ns if f"C{n}.E" in by], "rows": rows}
+        tables["table4x"] = paper_parts.improvement_parts(by, reqs, ns)
         if any(f"C{n}.E" in by for n in ns):
-            tables["table5x"] = _reduction_parts(by, reqs, [n for n in ns if f"C{n}.E" in by])
+            tables["table5x"] = paper_parts.reduction_parts(
+                by, reqs, [n for n in ns if f"C{n}.E" in by])
     if "A.I" in by:
         tables["table6"] = mean_sd(["A.I"] + [f"B{n}.I" for n in ns],
                                    "Table 6. Response time with internal timing, mean ± sd")
@@ -119,33 +121,6 @@ def build_tables(meta: dict, results: list[ConfigResult]) -> dict[str, dict]:
                             "columns": ["config", "request", "process", "handler", "backend",
                                         "mean ms", "calls/request"], "rows": rows}
     return tables
-
-
-def _reduction_parts(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict:
-    """Table 5's reduction taken apart, each part in % of A's response time.
-
-    RECP: each backend's own time (from each backend's `elapsed_ms`), mean over the
-    backends, against A's one backend — what n times the records cost each backend.
-    Slowest: the slowest backend against that mean — the answer waits for the last
-    one. Rest: everything else (the controller, the message path, the client).
-    """
-    rows = []
-    for q in reqs:
-        a, a_own = by["A.E"].mean(q), statistics.fmean(m for m, _ in by["A.E"].backend_ms[q])
-        for n in ns:
-            c = by[f"C{n}.E"]
-            mean = statistics.fmean(m for m, _ in c.backend_ms[q])
-            slowest = statistics.fmean(x for _, x in c.backend_ms[q])
-            parts = [(mean - a_own) / a * 100, (slowest - mean) / a * 100]
-            rest = reduction(a, c.mean(q)) - sum(parts)
-            rows.append([str(q), f"1→{n}", f"{a:.2f}", f"{a_own:.2f}", f"{c.mean(q):.2f}",
-                         f"{mean:.2f}", f"{slowest:.2f}", _fmt(reduction(a, c.mean(q)), "%")]
-                        + [_fmt(x, "%") for x in (*parts, rest)])
-    return {"title": "Table 5 taken apart: where C_n's extra time goes (means; parts in % "
-                     "of A.E's response time)",
-            "columns": ["request", "n", "A.E (ms)", "A.E RECP (ms)", "C_n.E (ms)",
-                        "C_n.E RECP mean (ms)", "C_n.E RECP slowest (ms)", "reduction",
-                        "RECP per backend", "slowest backend", "rest"], "rows": rows}
 
 
 def _markdown(meta: dict, tables: dict[str, dict]) -> str:

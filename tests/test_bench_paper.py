@@ -54,6 +54,11 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
     red, *parts = (float(x.rstrip("%")) for x in row[7:])
     assert abs(sum(parts) - red) < 0.02 and red == round(reduction(a, c), 2)
     assert float(row[6]) >= float(row[5]) > 0      # the slowest backend ≥ their mean
+    # …and Table 4: the parts add up to the bound minus the improvement.
+    [row] = [r for r in summary["tables"]["table4x"]["rows"] if r[0] == "4"]
+    short, *parts = (float(x.rstrip("%")) for x in row[7:])
+    assert abs(sum(parts) - short) < 0.02
+    assert short == round(improvement_bound(2) - improvement(a, b), 2)
     # Table 8 has every process's handlers for request 1, on each backend.
     t8 = summary["tables"]["table8"]["rows"]
     assert {row[2] for row in t8} >= {"REQP", "PP", "DM", "CC", "RECP"}

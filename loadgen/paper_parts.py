@@ -1,0 +1,78 @@
+"""Tables 4 and 5 taken apart: where the time goes that keeps B_n from its bound and
+C_n from A.
+
+Every answer carries each backend's own time (`elapsed_ms`: RECP, from the start of
+its work on the request to its last row), so each run's response time splits into
+  - RECP per backend: the backends' mean own time, against its ideal (A's one
+    backend divided by n for B_n, equal to A's for C_n);
+  - slowest backend: the slowest backend against that mean — the answer is
+    complete only when the last backend is done;
+  - rest: everything else (the controller, the message path, the client).
+Each part is in % of A.E's response time, so the parts add up to the shortfall
+(the bound minus the improvement) or to the reduction.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+from loadgen.formulas import improvement, improvement_bound, reduction
+
+if TYPE_CHECKING:
+    from loadgen.paper_bench import ConfigResult
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.2f}%"
+
+
+def _own(r: ConfigResult, q: int) -> tuple[float, float]:
+    """Mean over runs of the backends' mean own time, and of the slowest backend's."""
+    return (statistics.fmean(m for m, _ in r.backend_ms[q]),
+            statistics.fmean(x for _, x in r.backend_ms[q]))
+
+
+def _split(a: float, ideal_own: float, mean: float, slowest: float, total: float
+           ) -> list[str]:
+    parts = [(mean - ideal_own) / a * 100, (slowest - mean) / a * 100]
+    return [_fmt(x) for x in (*parts, total - sum(parts))]
+
+
+COLUMNS = ["RECP per backend", "slowest backend", "rest"]
+
+
+def improvement_parts(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict:
+    rows = []
+    for q in reqs:
+        a, (a_own, _) = by["A.E"].mean(q), _own(by["A.E"], q)
+        for n in ns:
+            b = by[f"B{n}.E"]
+            mean, slowest = _own(b, q)
+            short = improvement_bound(n) - improvement(a, b.mean(q))
+            rows.append([str(q), f"1→{n}", f"{a:.2f}", f"{a_own:.2f}", f"{b.mean(q):.2f}",
+                         f"{mean:.2f}", f"{slowest:.2f}", _fmt(short)]
+                        + _split(a, a_own / n, mean, slowest, short))
+    return {"title": "Table 4 taken apart: what keeps B_n from the bound (means; the "
+                     "shortfall is the bound minus the improvement; parts in % of A.E)",
+            "columns": ["request", "n", "A.E (ms)", "A.E RECP (ms)", "B_n.E (ms)",
+                        "B_n.E RECP mean (ms)", "B_n.E RECP slowest (ms)", "shortfall",
+                        *COLUMNS], "rows": rows}
+
+
+def reduction_parts(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict:
+    rows = []
+    for q in reqs:
+        a, (a_own, _) = by["A.E"].mean(q), _own(by["A.E"], q)
+        for n in ns:
+            c = by[f"C{n}.E"]
+            mean, slowest = _own(c, q)
+            red = reduction(a, c.mean(q))
+            rows.append([str(q), f"1→{n}", f"{a:.2f}", f"{a_own:.2f}", f"{c.mean(q):.2f}",
+                         f"{mean:.2f}", f"{slowest:.2f}", _fmt(red)]
+                        + _split(a, a_own, mean, slowest, red))
+    return {"title": "Table 5 taken apart: where C_n's extra time goes (means; parts in % "
+                     "of A.E's response time)",
+            "columns": ["request", "n", "A.E (ms)", "A.E RECP (ms)", "C_n.E (ms)",
+                        "C_n.E RECP mean (ms)", "C_n.E RECP slowest (ms)", "reduction",
+                        *COLUMNS], "rows": rows}
