@@ -15,6 +15,7 @@ Each part is in % of A.E's response time, so the parts add up to the shortfall
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loadgen.formulas import improvement, improvement_bound, reduction
@@ -39,40 +40,41 @@ def _split(a: float, ideal_own: float, mean: float, slowest: float, total: float
     return [_fmt(x) for x in (*parts, total - sum(parts))]
 
 
-COLUMNS = ["RECP per backend", "slowest backend", "rest"]
+def _rows(by: dict[str, ConfigResult], reqs: list[int], ns: list[int], kind: str,
+          ideal: Callable[[float, int], float], total: Callable[[float, float, int], float]
+          ) -> list[list[str]]:
+    rows = []
+    for q in reqs:
+        a, (a_own, _) = by["A.E"].mean(q), _own(by["A.E"], q)
+        for n in ns:
+            x = by[f"{kind}{n}.E"]
+            mean, slowest = _own(x, q)
+            t = total(a, x.mean(q), n)
+            rows.append([str(q), f"1→{n}", f"{a:.2f}", f"{a_own:.2f}", f"{x.mean(q):.2f}",
+                         f"{mean:.2f}", f"{slowest:.2f}", _fmt(t)]
+                        + _split(a, ideal(a_own, n), mean, slowest, t))
+    return rows
+
+
+def _columns(kind: str, total: str) -> list[str]:
+    return ["request", "n", "A.E (ms)", "A.E RECP (ms)", f"{kind}_n.E (ms)",
+            f"{kind}_n.E RECP mean (ms)", f"{kind}_n.E RECP slowest (ms)", total,
+            "RECP per backend", "slowest backend", "rest"]
 
 
 def improvement_parts(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict:
-    rows = []
-    for q in reqs:
-        a, (a_own, _) = by["A.E"].mean(q), _own(by["A.E"], q)
-        for n in ns:
-            b = by[f"B{n}.E"]
-            mean, slowest = _own(b, q)
-            short = improvement_bound(n) - improvement(a, b.mean(q))
-            rows.append([str(q), f"1→{n}", f"{a:.2f}", f"{a_own:.2f}", f"{b.mean(q):.2f}",
-                         f"{mean:.2f}", f"{slowest:.2f}", _fmt(short)]
-                        + _split(a, a_own / n, mean, slowest, short))
+    """B_n: the ideal is A's backend time / n; the total is the bound minus the improvement."""
     return {"title": "Table 4 taken apart: what keeps B_n from the bound (means; the "
                      "shortfall is the bound minus the improvement; parts in % of A.E)",
-            "columns": ["request", "n", "A.E (ms)", "A.E RECP (ms)", "B_n.E (ms)",
-                        "B_n.E RECP mean (ms)", "B_n.E RECP slowest (ms)", "shortfall",
-                        *COLUMNS], "rows": rows}
+            "columns": _columns("B", "shortfall"),
+            "rows": _rows(by, reqs, ns, "B", lambda own, n: own / n,
+                          lambda a, b, n: improvement_bound(n) - improvement(a, b))}
 
 
 def reduction_parts(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict:
-    rows = []
-    for q in reqs:
-        a, (a_own, _) = by["A.E"].mean(q), _own(by["A.E"], q)
-        for n in ns:
-            c = by[f"C{n}.E"]
-            mean, slowest = _own(c, q)
-            red = reduction(a, c.mean(q))
-            rows.append([str(q), f"1→{n}", f"{a:.2f}", f"{a_own:.2f}", f"{c.mean(q):.2f}",
-                         f"{mean:.2f}", f"{slowest:.2f}", _fmt(red)]
-                        + _split(a, a_own, mean, slowest, red))
+    """C_n: the ideal is A's backend time itself; the total is the reduction."""
     return {"title": "Table 5 taken apart: where C_n's extra time goes (means; parts in % "
                      "of A.E's response time)",
-            "columns": ["request", "n", "A.E (ms)", "A.E RECP (ms)", "C_n.E (ms)",
-                        "C_n.E RECP mean (ms)", "C_n.E RECP slowest (ms)", "reduction",
-                        *COLUMNS], "rows": rows}
+            "columns": _columns("C", "reduction"),
+            "rows": _rows(by, reqs, ns, "C", lambda own, n: own,
+                          lambda a, c, n: reduction(a, c))}
