@@ -16,7 +16,7 @@ mbds paper table2 --controller "127.0.0.1:$port" --scale "${SCALE:-1}" --runs 10
 kill -TERM $up; wait $up 2>/dev/null || true
 trap 'rm -rf "$data"' EXIT
 # The paper's experiments on the embedded default: 1, 2 and 4 backends, scale 50
-# (50,000 records, 5 runs: about 3 minutes), each backend held to a quarter of a CPU
+# (50,000 records, 5 runs: 3 to 4 minutes), each backend held to a quarter of a CPU
 # so that it behaves like its own machine (cgroups need root; without root the
 # backends share the cores, and more backends than cores cannot show the improvement).
 budget=()
