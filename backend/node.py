@@ -181,10 +181,10 @@ class BackendNode(RecpExecution):
         With fewer predicates than backends the others have nothing to search, so they
         send nothing and nobody waits for them: request 4 of the paper (one predicate)
         on four backends is three id messages, not twelve, and stage 2 waits for one
-        peer, not for the slowest of three.
+        peer, not for the slowest of three. `predicate_count` is the m the controller
+        counted over the same retrievals `dm.predicates` walks.
         """
-        m = sum(1 for _ in dm.predicates(tu))     # the same count on every backend
-        return range(min(m, len(self.session.peers)))
+        return range(min(tu.predicate_count, len(self.session.peers)))
 
     async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
@@ -244,8 +244,7 @@ class BackendNode(RecpExecution):
             try:
                 await self._stage2(key, st)
             except Cancelled:
-                await self._finish(st, error=f"backend {self.name}: traffic unit aborted: "
-                                             f"{st.cancelled}")
+                await self._finish(st, error=self._aborted(st))
             except Exception as e:  # noqa: BLE001 - report any failure to PP, keep serving
                 log.exception("stage 2 failed for %s", key)
                 await self._finish(st, error=f"backend {self.name}: {e}")
@@ -308,8 +307,7 @@ class BackendNode(RecpExecution):
         except (Cancelled, asyncio.CancelledError):
             if key in self.write_order:
                 await self._next_writer(key)
-            await self._finish(st, error=f"backend {self.name}: traffic unit aborted: "
-                                         f"{st.cancelled or 'cancelled'}")
+            await self._finish(st, error=self._aborted(st))
         except Exception as e:  # noqa: BLE001 - any RECP failure rolls back and is reported
             log.warning("traffic unit %s failed: %s", key, e)
             await self._finish(st, error=f"backend {self.name}: {e}")
@@ -322,6 +320,9 @@ class BackendNode(RecpExecution):
             if key in self.write_order:
                 self.write_order.remove(key)
             self.write_turn.notify_all()
+
+    def _aborted(self, st: TuState) -> str:
+        return f"backend {self.name}: traffic unit aborted: {st.cancelled or 'cancelled'}"
 
     async def _finish(self, st: TuState, *, committed: bool = False, error: str = "") -> None:
         """The unit's last message to PP; then it is forgotten here."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,11 +50,12 @@ def _error(e: grpc.RpcError) -> ClientError:
 
 
 class Client:
-    def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0) -> None:
+    def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
+                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
         self.address = address
         self.timeout = timeout
         self.channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", 64 << 20)])
+            ("grpc.max_receive_message_length", 64 << 20), *channel_options])
         self.stub = rpc.ControllerStub(self.channel)
 
     def close(self) -> None:

@@ -16,7 +16,6 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-import grpc
 import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,7 +23,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from mbds import paper as P
 from mbds.client import Client
 from mbds.cluster import ProcessFailed
-from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.report import report
 from tests.conftest import Running
 
@@ -304,12 +302,9 @@ def test_a_slow_client_holds_up_only_its_own_answer(cluster_factory) -> None:
             f"INSERT (<FILE, PAPER>, <INTE1, {2000 + i}>, <INTE2, 1>, <MULTI, Big>) {{{body}}}"
             for i in range(100 * part, 100 * part + 100)) + "]")
     before = scrape(urls)
-    slow = Client(r.cluster.address, timeout=60)
     # Without BDP probing the client's HTTP/2 window stays small, so what a stalled
     # reader leaves in flight is bounded by the transport's buffers.
-    slow.channel = grpc.insecure_channel(r.cluster.address, options=[
-        ("grpc.max_receive_message_length", 64 << 20), ("grpc.http2.bdp_probe", 0)])
-    slow.stub = rpc.ControllerStub(slow.channel)
+    slow = Client(r.cluster.address, timeout=60, channel_options=[("grpc.http2.bdp_probe", 0)])
     try:
         stream = slow.stream("RETRIEVE ((FILE = PAPER) and (MULTI = Big)) (INTE1, BODY)")
         first = next(stream)             # the unit has started; now the client stalls
