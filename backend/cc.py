@@ -4,8 +4,10 @@ Resources are the paper's three kinds plus one of ours:
   ("attr", file, attr)     a type-C attribute (a new sub-descriptor may be created);
   ("didgroup", file, attr) a descriptor-id group (a new cluster may be created);
   ("cluster", cluster_id)  a cluster (a new address may be added);
-  ("file", file)           every cluster of a file: an UPDATE of a directory
-                           attribute can move a record into any cluster, even a new one.
+  ("file", file)           the file above its clusters: IS / IX for units that lock
+                           single clusters, S / X for units that read / write every
+                           cluster (and X for an UPDATE of a directory attribute, which
+                           can move a record into any cluster, even a new one).
 
 Why this is deadlock-free and serializable: a traffic unit asks for its whole
 lock set in one call, and each request is granted only when every request
@@ -21,11 +23,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-S = "S"
-X = "X"
+# Multiple-granularity modes (Gray's): a unit that reads every cluster of a file
+# takes the file in S instead of each cluster, one that writes them all takes it in
+# X; a unit that locks single clusters announces it with IS / IX on the file, so
+# the two kinds meet on the file lock and are ordered there.
+IS, IX, S, X = "IS", "IX", "S", "X"
+COMPATIBLE = {IS: {IS, IX, S}, IX: {IS, IX}, S: {IS, S}, X: set()}
+
+
+def join(a: str, b: str) -> str:
+    """The weakest mode that covers both (S with IX would be SIX; X is the safe cover)."""
+    if a == b or b == IS:
+        return a
+    return b if a == IS else X
 
 
 @dataclass(eq=False)
@@ -33,6 +46,7 @@ class _Request:
     owner: Hashable
     mode: str
     granted: bool = False
+    lock_set: _LockSet | None = None
 
 
 @dataclass(eq=False)
@@ -55,13 +69,15 @@ class LockTable:
         """Queue a lock set now (the caller's turn is fixed here); returns its handle."""
         self._serial += 1
         handle = (owner, self._serial)
-        reqs = {}
+        ls = _LockSet(owner, {})
         for res, mode in wants.items():
-            req = _Request(owner, mode)
+            req = _Request(owner, mode, lock_set=ls)
             self._queues.setdefault(res, []).append(req)
-            reqs[res] = req
-        self._sets[handle] = _LockSet(owner, reqs)
-        self._grant()
+            ls.requests[res] = req
+        self._sets[handle] = ls
+        self._grant(ls.requests)
+        if not ls.requests:                 # nothing to lock here (e.g. no records of it)
+            ls.ready.set()
         return handle
 
     async def wait(self, handle: tuple[Hashable, int]) -> float:
@@ -85,24 +101,32 @@ class LockTable:
             queue.remove(req)
             if not queue:
                 del self._queues[res]
-        self._grant()
+        self._grant(ls.requests)
 
     def holders(self) -> dict[Hashable, list[tuple[Hashable, str, bool]]]:
         """The lock table as (owner, mode, granted) per resource, for status and tests."""
         return {res: [(r.owner, r.mode, r.granted) for r in q] for res, q in self._queues.items()}
 
-    def _grant(self) -> None:
-        for queue in self._queues.values():
-            seen_x = False
-            for i, req in enumerate(queue):
-                if req.mode == X:
-                    # An exclusive request is grantable only at the head of its queue.
-                    req.granted = i == 0
-                    seen_x = True
-                else:
-                    req.granted = not seen_x
-                if seen_x and i > 0:
-                    break
-        for ls in self._sets.values():
+    def _grant(self, resources: Iterable[Hashable]) -> None:
+        """Re-decide the queues of `resources` (only a change there can grant anything),
+        then wake the lock sets that now hold every lock: the cost is the size of the
+        lock set that came or went, not of the whole table."""
+        touched: list[_LockSet] = []
+        for res in resources:
+            queue = self._queues.get(res)
+            if queue is None:
+                continue
+            ahead: set[str] = set()
+            for req in queue:
+                # Strict FIFO: granted only when compatible with every request queued
+                # ahead, granted or not, so conflicting units run in queue (bus) order.
+                granted = ahead <= COMPATIBLE[req.mode]
+                if granted and not req.granted and req.lock_set is not None:
+                    touched.append(req.lock_set)
+                req.granted = granted
+                ahead.add(req.mode)
+                if X in ahead:
+                    break           # nothing behind an exclusive request can be granted
+        for ls in touched:
             if not ls.ready.is_set() and all(r.granted for r in ls.requests.values()):
                 ls.ready.set()

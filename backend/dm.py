@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from backend.cc import S, X
+from backend.cc import IS, IX, S, X, join
 from backend.recp import SQL_OPS, FilePlan
 from mbds.directory import RELOP_NAMES, Directory
 from mbds.proto import mbds_pb2 as pb
@@ -127,12 +127,18 @@ def plan_requests(directory: Directory, tu: pb.TrafficUnit,
 
 
 def lock_set(plans: list[RequestPlan]) -> dict[tuple, str]:
-    """The CC lock set a traffic unit needs on this backend (X wins over S)."""
+    """The CC lock set a traffic unit needs on this backend.
+
+    A request that visits every cluster of a file locks the file (S to read, X to
+    write) instead of each cluster: one lock instead of hundreds, and it also keeps
+    out an INSERT into a cluster created after the plan was made (a phantom), since
+    the insert's IX on the file conflicts with it. Otherwise clusters are locked one
+    by one under an intention lock on the file.
+    """
     wants: dict[tuple, str] = {}
 
     def want(res: tuple, mode: str) -> None:
-        if wants.get(res) != X:
-            wants[res] = mode
+        wants[res] = join(wants[res], mode) if res in wants else mode
 
     for rp in plans:
         req = rp.request
@@ -140,11 +146,14 @@ def lock_set(plans: list[RequestPlan]) -> dict[tuple, str]:
             for r in req.records:
                 want(("cluster", r.cluster_id), X)
             if req.records:
-                want(("file", req.file), S)
+                want(("file", req.file), IX)
             continue
-        mode = S if req.op in (pb.RETRIEVE, pb.RETRIEVE_COMMON) else X
+        reads = req.op in (pb.RETRIEVE, pb.RETRIEVE_COMMON)
         for fp in rp.files + rp.right:
-            want(("file", fp.schema.name), X if req.moves_records else S)
+            if req.moves_records or fp.every_cluster:
+                want(("file", fp.schema.name), S if reads and not req.moves_records else X)
+                continue
+            want(("file", fp.schema.name), IS if reads else IX)
             for cid in fp.clusters:
-                want(("cluster", cid), mode)
+                want(("cluster", cid), S if reads else X)
     return wants

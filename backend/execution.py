@@ -89,10 +89,16 @@ class RecpExecution:
                 for i, rp in enumerate(plans):
                     t0, n = time.perf_counter(), 0
                     with self._h("recp.process"):
-                        for msg in self._reads(conn, i, rp):
+                        batches = self._reads(conn, i, rp)
+                        msg = next(batches, None)
+                        while msg is not None:
                             n += _records(msg)
                             await self._put(st, msg)
-                            await asyncio.sleep(0)   # let the bus send it; serve others
+                            if (msg := next(batches, None)) is not None:
+                                # More to come: let the bus send this one, serve others.
+                                # After the last batch no pause, so `done` and `committed`
+                                # join it in one bus message (a small answer: one message).
+                                await asyncio.sleep(0)
                     await self._put(st, self._done(i, rp, n, t0))
         finally:
             self.store.checkin_reader(conn)

@@ -11,6 +11,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from backend.node import BackendNode, BusOut
 from backend.store import Store
+from mbds import metrics
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import until_stopped
@@ -51,11 +52,15 @@ class BackendServicer(rpc.BackendServicer):
         """
         bus = BusOut()
         reader = asyncio.create_task(self._read_bus(request_iterator, bus))
+        sent = metrics.BUS_MESSAGES.labels("to_controller", self.node.name)
+        items = metrics.BUS_ITEMS.labels("to_controller", self.node.name)
         try:
             while (msg := await bus.queue.get()) is not None:
                 replies = [msg]
                 while not bus.queue.empty() and (msg := bus.queue.get_nowait()) is not None:
                     replies.append(msg)
+                sent.inc()
+                items.inc(len(replies))
                 yield pb.BackendReplies(replies=replies)
                 if msg is None:
                     break

@@ -37,6 +37,11 @@ def col(attr: str) -> str:
     return f'"{attr}"'
 
 
+def index_name(file: str, attr: str) -> str:
+    """A non-clustered index's name in SQLite (`ix_<FILE>_cluster` is the address list)."""
+    return f"ix_{file}_a_{attr}"
+
+
 class Store:
     def __init__(self, path: Path, *, synchronous: str = "NORMAL", memory: bool = False) -> None:
         if synchronous.upper() not in SYNC_MODES:
@@ -116,7 +121,9 @@ class Store:
         for (text,) in conn.execute("SELECT def FROM files ORDER BY rowid"):
             d = json.loads(text)
             upd.files.append(pb.FileDef(name=d["name"], attributes=[
-                pb.AttributeDef(name=a[0], type=a[1], directory=a[2]) for a in d["attributes"]]))
+                # Files stored before indexes existed have three fields.
+                pb.AttributeDef(name=a[0], type=a[1], directory=a[2],
+                                indexed=len(a) > 3 and bool(a[3])) for a in d["attributes"]]))
         for row in conn.execute("SELECT id, file, attr, kind, low, high, value FROM descriptors"):
             d = upd.descriptors.add(id=row[0], file=row[1], attr=row[2], kind=row[3])
             for field, text in zip(("low", "high", "value"), row[4:], strict=True):
@@ -135,9 +142,11 @@ class Store:
         """Store directory rows inside the caller's transaction."""
         for f in new.files:
             schema = file_schema_from_pb(f)
-            conn.execute("INSERT OR IGNORE INTO files (name, def) VALUES (?, ?)", (
+            # An upsert, not a replace: load_directory lists files in rowid order.
+            conn.execute("INSERT INTO files (name, def) VALUES (?, ?) ON CONFLICT (name) "
+                         "DO UPDATE SET def = excluded.def", (
                 f.name, json.dumps({"name": f.name, "attributes": [
-                    [a.name, a.type, a.directory] for a in schema.attributes]})))
+                    [a.name, a.type, a.directory, a.indexed] for a in schema.attributes]})))
             self._create_file_table(conn, schema)
         conn.executemany(
             "INSERT OR IGNORE INTO descriptors VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -155,6 +164,15 @@ class Store:
                      f"_body TEXT) STRICT")
         conn.execute(f'CREATE INDEX IF NOT EXISTS "ix_{schema.name}_cluster" '
                      f"ON {table(schema.name)} (cluster_id)")
+        # Non-clustered indexes: exactly the definition's list (an index left out of a
+        # re-definition is dropped). Built here, in the writer's transaction.
+        for a in schema.attributes:
+            name = f'"{index_name(schema.name, a.name)}"'
+            if a.indexed:
+                conn.execute(f"CREATE INDEX IF NOT EXISTS {name} "
+                             f"ON {table(schema.name)} ({col(a.name)})")
+            else:
+                conn.execute(f"DROP INDEX IF EXISTS {name}")
 
     def cluster_counts(self, files: list[str]) -> list[tuple[int, int]]:
         """(cluster id, records here) for every non-empty cluster: IIG's placement state."""

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from controller import pp
-from controller.iig import Iig
+from controller.iig import Defined, Iig
 from controller.links import BackendLink
 from controller.reqp import OPS, Prepared, PreparedInsert, Reqp, check_value
 from mbds import metrics
@@ -269,14 +269,16 @@ class Coordinator:
         return Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name),
                         inserts=inserts)
 
-    async def define(self, text: str) -> tuple[list[str], list[str]]:
+    async def define(self, text: str) -> Defined:
         schemas = parse_definition(text)
         await self.ensure_up()
-        update, created, unchanged = self.iig.define(schemas)
-        if created:
-            async for _ in self.run([], transaction=False, update=update):
+        out = self.iig.define(schemas)
+        if out.created or out.reindexed:
+            # In bus order, like any traffic unit: requests sent after the definition see
+            # the new files (and indexes) on every backend.
+            async for _ in self.run([], transaction=False, update=out.update):
                 pass
-        return created, unchanged
+        return out
 
     async def place(self, file: str, values: list[Value], asker: str = "") -> pb.PlaceReply:
         """IIG for a record an UPDATE moved: its cluster, allocated centrally if new."""

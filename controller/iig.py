@@ -9,11 +9,22 @@ every request touching it gets all backends working.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from mbds.directory import Descriptor, Directory, file_schema_to_pb
 from mbds.errors import DefinitionError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
 from mbds.values import Value
+
+
+@dataclass
+class Defined:
+    """What a definition did: the directory update to broadcast, and per file its fate."""
+    update: pb.DirectoryUpdate
+    created: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    reindexed: list[str] = field(default_factory=list)
 
 
 class Iig:
@@ -31,20 +42,28 @@ class Iig:
         self.next_cluster = max(self.next_cluster, self.directory.max_cluster_id + 1)
 
     # ------------------------------------------------------------- define --
-    def define(self, schemas: list[FileSchema]) -> tuple[pb.DirectoryUpdate, list[str], list[str]]:
-        """Directory entries for new files; identical re-definitions are no-ops."""
-        update = pb.DirectoryUpdate()
-        created, unchanged = [], []
+    def define(self, schemas: list[FileSchema]) -> Defined:
+        """Directory entries for new files; identical re-definitions are no-ops.
+
+        A stored file keeps its template and directory; only its non-clustered
+        indexes may change (the backends build or drop them). Nothing is applied
+        unless every file in the definition is acceptable.
+        """
+        out = Defined(pb.DirectoryUpdate())
+        update = out.update
         for s in schemas:
             old = self.directory.files.get(s.name)
             if old is not None:
-                if [(a.name, a.type, a.directory) for a in old.attributes] != \
-                        [(a.name, a.type, a.directory) for a in s.attributes] or \
-                        not self._same_descriptors(s):
+                if old.template() != s.template() or not self._same_descriptors(s):
                     raise DefinitionError(
                         f"file {s.name} is already defined differently; "
-                        "a stored file's template and directory cannot be changed")
-                unchanged.append(s.name)
+                        "a stored file's template and directory cannot be changed "
+                        "(its indexes can)")
+                if old.indexes == s.indexes:
+                    out.unchanged.append(s.name)
+                else:
+                    update.files.append(file_schema_to_pb(s))
+                    out.reindexed.append(s.name)
                 continue
             update.files.append(file_schema_to_pb(s))
             update.descriptors.append(self._new_descriptor(s.name, "FILE", "B", value=s.name))
@@ -56,9 +75,9 @@ class Iig:
                     update.descriptors.append(self._new_descriptor(
                         s.name, a.name, spec.kind, low=spec.low, high=spec.high,
                         value=spec.value))
-            created.append(s.name)
+            out.created.append(s.name)
         self.directory.apply(update)
-        return update, created, unchanged
+        return out
 
     def _same_descriptors(self, s: FileSchema) -> bool:
         for attr, specs in s.descriptor_specs.items():

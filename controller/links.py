@@ -18,6 +18,7 @@ import logging
 
 import grpc
 
+from mbds import metrics
 from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -73,15 +74,21 @@ class BackendLink:
 
     async def _run_bus(self, queue: asyncio.Queue[pb.BusMessage | None],
                        pending: dict[int, asyncio.Queue]) -> None:
+        sent = metrics.BUS_MESSAGES.labels("to_backend", self.name)
+        items = metrics.BUS_ITEMS.labels("to_backend", self.name)
+
         async def batches():  # noqa: ANN202 - async generator
             while (msg := await queue.get()) is not None:
                 batch = [msg]
                 while not queue.empty():     # everything queued meanwhile goes along
                     if (msg := queue.get_nowait()) is None:
-                        yield pb.BusBatch(messages=batch)
-                        return
+                        break
                     batch.append(msg)
+                sent.inc()
+                items.inc(len(batch))
                 yield pb.BusBatch(messages=batch)
+                if msg is None:
+                    return
 
         try:
             async for replies in self.stub.Bus(batches()):

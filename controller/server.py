@@ -52,10 +52,11 @@ class ControllerServicer(rpc.ControllerServicer):
 
     async def Define(self, request: pb.DefineRequest, context) -> pb.DefineReply:  # noqa: ANN001
         try:
-            created, unchanged = await self.c.define(request.yaml)
+            out = await self.c.define(request.yaml)
         except MbdsError as e:
             await _fail(context, e)
-        return pb.DefineReply(files_created=created, files_unchanged=unchanged)
+        return pb.DefineReply(files_created=out.created, files_unchanged=out.unchanged,
+                              files_reindexed=out.reindexed)
 
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:  # noqa: ANN001
         return await self.c.status()

@@ -1,31 +1,28 @@
 """`mbds bench users` — the Britton Lee IDM 500 tests (seeds/000, SPEC §6).
 
 Test 1: throughput as concurrent users grow. Each user is a thread with its
-own Client running scripts of ten single-record retrieves, two thirds on a
-non-directory attribute (the IDM's non-clustered index; in MBDS a scan of
-every cluster) and one third on a directory attribute (the clustered index;
-in MBDS one cluster). Throughput is normalised to the single-user rate, as
-the IDM's `thruput` column is. A zero-user run times the harness alone.
+own Client running scripts of ten single-record retrieves, two thirds on an
+attribute with a non-clustered index (the file's `indexes`: a B-tree on every
+backend) and one third on a directory attribute (the clustered access path:
+one cluster). Throughput is normalised to the single-user rate, as the IDM's
+`thruput` column is. A zero-user run times the harness alone.
 
 Test 2 (`--test 2`): one user's retrieval time against relation size, with
-the restriction on the directory attribute ("indexed") and on a
-non-directory one ("scan").
+the restriction on the directory attribute ("clustered"), on an attribute
+with a non-clustered index ("nonclustered") and on a plain one ("scan").
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-import grpc
 
 from loadgen.common import (
     Counted,
-    Gate,
     Row,
     cluster_options,
     define,
@@ -44,6 +41,7 @@ from loadgen.common import (
     write_summary,
 )
 from loadgen.hist import Hist
+from loadgen.users_run import run_users
 from mbds.client import Client, ClientError
 
 # Nine attributes, 100 bytes per record as the IDM counted them: 3 integers of 4 bytes,
@@ -52,8 +50,11 @@ STRINGS = {"CODE": 8, "NAME": 24, "CITY": 16, "NOTE": 24, "TAG": 8}
 ATTRS = {"ID": "integer", "NUM": "integer", "GRP": "integer", "AMT": "float",
          **{s: "string" for s in STRINGS}}
 TARGETS = ", ".join(ATTRS)
-INDEXED, SCAN = "ID", "NUM"      # directory attribute (type A ranges) / plain attribute
-SCRIPT = [SCAN] * 7 + [INDEXED] * 3   # ten retrieves, about 2/3 on the non-directory one
+# The IDM's three access paths: the clustered index is a directory attribute (type-A
+# ranges), the non-clustered one an attribute in the file's `indexes`, and no index a
+# plain attribute (AMT = 1.5 ID: also unique).
+CLUSTERED, NONCLUSTERED, SCAN = "ID", "NUM", "AMT"
+SCRIPT = [NONCLUSTERED] * 7 + [CLUSTERED] * 3   # ten retrieves, about 2/3 non-clustered
 # The IDM's Test 1 `thruput` (time for 1 user 12.1 s). The scan prints 2.1690 at 18 users;
 # its own formula 18 * 12.1 / 83.17 gives 2.619, which is what we show.
 IDM_THRUPUT = {1: 1.0, 2: 1.688, 4: 2.123, 8: 2.574, 14: 2.689, 16: 2.659, 18: 2.619,
@@ -61,16 +62,21 @@ IDM_THRUPUT = {1: 1.0, 2: 1.688, 4: 2.123, 8: 2.574, 14: 2.689, 16: 2.659, 18: 2
 # The IDM's Test 2 (with the accelerator): ms per retrieve, clustered index / no index.
 IDM_CLUSTERED = {100: 128.75, 1000: 137.25, 5000: 170.5, 10000: 191.25, 25000: 178.75,
                  50000: 183.0, 100000: 195.75, 150000: 195.5}
+IDM_NONCLUSTERED = {100: 145.75, 1000: 150.0, 5000: 174.75, 10000: 191.5, 25000: 178.75,
+                    50000: 212.0, 100000: 233.0, 150000: 195.5}
 IDM_NO_INDEX = {100: 158.0, 1000: 250.0, 5000: 8203.75, 10000: 16462.25, 25000: 40716.5,
                 50000: 85541.0, 100000: 176666.25, 150000: 268270.5}
 
 
-def definition(file: str, n: int, cluster_size: int) -> str:
-    """ID gets type-A ranges of `cluster_size` values, so an ID lookup examines one cluster."""
+def definition(file: str, n: int, cluster_size: int, nonclustered: bool = True) -> str:
+    """ID gets type-A ranges of `cluster_size` values, so an ID lookup examines one cluster;
+    NUM a non-clustered index (unless `nonclustered` is off: then its lookups are scans)."""
     ranges = [[lo, min(n, lo + cluster_size - 1)] for lo in range(1, n + 1, cluster_size)]
     attrs = ", ".join(f"{a}: {t}" for a, t in ATTRS.items())
+    indexes = [NONCLUSTERED] if nonclustered else []
     return (f"files:\n  {file}:\n    attributes: {{{attrs}}}\n    directory:\n"
-            f"      {INDEXED}: {{type: A, ranges: {ranges}}}\n")
+            f"      {CLUSTERED}: {{type: A, ranges: {ranges}}}\n"
+            f"    indexes: [{', '.join(indexes)}]\n")
 
 
 def records(file: str, n: int, seed: int) -> list[tuple[list[Any], None]]:
@@ -82,15 +88,18 @@ def records(file: str, n: int, seed: int) -> list[tuple[list[Any], None]]:
             for i in range(1, n + 1)]
 
 
-def load(client: Client, file: str, n: int, cluster_size: int, seed: int) -> None:
-    define(client, definition(file, n, cluster_size))
+def load(client: Client, file: str, n: int, cluster_size: int, seed: int,
+         nonclustered: bool = True) -> None:
+    define(client, definition(file, n, cluster_size, nonclustered))
     stored = sum(d.stats.records_retrieved for d in client.load(
         file, list(ATTRS), records(file, n, seed), chunk=2000))
     if stored != n:
         raise click.ClickException(f"{file}: loaded {stored} records, expected {n}")
 
 
-def retrieve(file: str, attr: str, value: int) -> str:
+def retrieve(file: str, attr: str, key: int) -> str:
+    """The retrieve of record `key` through `attr` (AMT holds 1.5 × ID)."""
+    value = key * 1.5 if attr == SCAN else key
     return f"RETRIEVE ((FILE = {file}) and ({attr} = {value})) ({TARGETS})"
 
 
@@ -104,37 +113,6 @@ def scripts_for(user: int, rep: int, count: int, file: str, n: int, seed: int
         r.shuffle(kinds)
         out.append([retrieve(file, k, r.randint(1, n)) for k in kinds])
     return out
-
-
-def run_users(address: str, users: int, scripts: list[list[list[str]]], hist: Hist,
-              dry: bool = False) -> tuple[float, int]:
-    """One timed run: (seconds from the common start to the last user's end, rows received).
-
-    `dry` is the zero-user run: the same threads, scripts and loop, nothing sent.
-    """
-    clients = [Client(address, timeout=120) for _ in range(max(users, 1))]
-    rows = [0] * len(clients)
-
-    def user(i: int) -> Callable[[], None]:
-        c = clients[i]
-
-        def go() -> None:
-            for script in scripts[i]:
-                for text in script:
-                    t = time.perf_counter()
-                    got = 1 if dry else run_counted(c, text).rows
-                    hist.record((time.perf_counter() - t) * 1000)
-                    rows[i] += got
-        return go
-    try:
-        if not dry:     # connect first, so channel set-up is not part of the timed run
-            for c in clients:
-                grpc.channel_ready_future(c.channel).result(timeout=30)
-        elapsed = Gate(len(clients)).run([user(i) for i in range(len(clients))])
-    finally:
-        for c in clients:
-            c.close()
-    return elapsed, sum(rows)
 
 
 def test1(address: str, users_list: list[int], n: int, per_user: int, repeats: int,
@@ -181,7 +159,7 @@ def test1(address: str, users_list: list[int], n: int, per_user: int, repeats: i
 def test2(client: Client, sizes: list[int], reps: int, cluster_size: int,
           seed: int) -> list[Row]:
     r = rng(seed, "filesize")
-    paths = (("indexed", INDEXED), ("scan", SCAN))
+    paths = (("clustered", CLUSTERED), ("nonclustered", NONCLUSTERED), ("scan", SCAN))
     samples: dict[tuple[int, str], list[Counted]] = {(n, p): [] for n in sizes for p, _ in paths}
     times: dict[tuple[int, str], list[float]] = {k: [] for k in samples}
     with progress() as bar:
@@ -215,6 +193,7 @@ def test2(client: Client, sizes: list[int], reps: int, cluster_size: int,
             row[f"{name}_backend_ms"] = statistics.median(g.backend_ms for g in got_list)
             row[f"{name}_clusters"] = got_list[-1].clusters
         row["idm_clustered_ms"] = IDM_CLUSTERED.get(n, "")
+        row["idm_nonclustered_ms"] = IDM_NONCLUSTERED.get(n, "")
         row["idm_no_index_ms"] = IDM_NO_INDEX.get(n, "")
         out.append(row)
     return out
@@ -227,7 +206,7 @@ def test2(client: Client, sizes: list[int], reps: int, cluster_size: int,
               help="Concurrent users to try (test 1; 1 is always added: it is the base).")
 @click.option("--records", type=int, default=15_000, show_default=True,
               help="Relation size for test 1 (the IDM used 150,000).")
-@click.option("--scripts", "per_user", type=int, default=5, show_default=True,
+@click.option("--scripts", "per_user", type=int, default=20, show_default=True,
               help="Scripts of ten retrieves per user per run (the IDM ran one).")
 @click.option("--repeats", type=int, default=3, show_default=True,
               help="Timed runs per user count (mean reported; all in runs.csv).")
@@ -236,10 +215,14 @@ def test2(client: Client, sizes: list[int], reps: int, cluster_size: int,
 @click.option("--reps", type=int, default=30, show_default=True,
               help="Retrieves per size and access path (test 2).")
 @click.option("--cluster-size", type=int, default=100, show_default=True,
-              help="Values per type-A range of ID: records one indexed retrieve examines.")
+              help="Values per type-A range of ID: records one clustered retrieve examines.")
+@click.option("--nonclustered/--no-nonclustered", default=True, show_default=True,
+              help="Test 1: NUM has a non-clustered index (the IDM's); without it the "
+                   "two thirds of retrieves on NUM examine every record.")
 @cluster_options
 def users(test: str, users_list: str, records: int, per_user: int, repeats: int, sizes: str,
-          reps: int, cluster_size: int, backends: int, backend_cpus: float | None,
+          reps: int, cluster_size: int, nonclustered: bool, backends: int,
+          backend_cpus: float | None,
           split_search_from: int, internal_timing: str, seed: int, out: Path | None) -> None:
     """IDM 500 tests: throughput against users (1) or time against relation size (2)."""
     folder = out_dir("users" if test == "1" else "filesize", out)
@@ -251,7 +234,7 @@ def users(test: str, users_list: str, records: int, per_user: int, repeats: int,
                            internal_timing=internal_timing == "on") as address, \
                 Client(address, timeout=600) as client:
             if test == "1":
-                load(client, "IDM", records, cluster_size, seed)
+                load(client, "IDM", records, cluster_size, seed, nonclustered)
                 run_users(address, 1, [scripts_for(0, -1, 1, "IDM", records, seed)], Hist())
                 rows, raw = test1(address, ulist, records, per_user, repeats, seed, "IDM")
             else:
@@ -264,18 +247,24 @@ def users(test: str, users_list: str, records: int, per_user: int, repeats: int,
         write_csv(folder / "runs.csv", raw)
         notes = [f"{records:,} records of 9 attributes (the IDM used 150,000); {per_user} "
                  f"scripts of ten retrieves per user, {repeats} runs each (mean time).",
-                 "users 0 = the harness alone: the same threads and loop, nothing sent.",
+                 "7 of 10 retrieves on NUM " + ("(non-clustered index)" if nonclustered else
+                                                "(no index: every record examined)")
+                 + ", 3 on ID (directory attribute: one cluster).",
+                 "users 0 = the harness alone: the same loop and scripts, nothing sent.",
                  "normalised = scripts/s divided by the single-user scripts/s."]
         title = "IDM Test 1: simple retrieves, varying the number of users"
     else:
-        cols = ["records", "indexed_ms", "indexed_backend_ms", "indexed_clusters", "scan_ms",
-                "scan_backend_ms", "scan_clusters", "idm_clustered_ms", "idm_no_index_ms"]
+        cols = ["records", "clustered_ms", "clustered_backend_ms", "clustered_clusters",
+                "nonclustered_ms", "nonclustered_backend_ms", "scan_ms", "scan_backend_ms",
+                "scan_clusters", "idm_clustered_ms", "idm_nonclustered_ms", "idm_no_index_ms"]
         notes = [f"{reps} single-record retrieves per size and path, medians; ID ranges of "
                  f"{cluster_size} values.",
                  "*_ms: response at the client; *_backend_ms: the slowest backend's own time "
                  "(the IDM's 'set 5' times were also taken inside the database machine); "
                  "*_system_ms (CSV): the controller's time.",
-                 "IDM figures: Test 2 Tables 1 and 3 (with DAC)."]
+                 "clustered: ID, a directory attribute; nonclustered: NUM, in the file's "
+                 "indexes; scan: AMT, a plain attribute.",
+                 "IDM figures: Test 2 Tables 1, 2 and 3 (with DAC)."]
         title = "IDM Test 2: simple retrieves, varying the number of records"
     write_csv(folder / "results.csv", rows)
     write_json(folder / "results.json", {"mode": "users", "test": int(test), "machine": facts,

@@ -205,6 +205,8 @@ def define(controller: str, path) -> None:  # noqa: ANN001
         click.echo(f"created {f}")
     for f in reply.files_unchanged:
         click.echo(f"unchanged {f}")
+    for f in reply.files_reindexed:
+        click.echo(f"reindexed {f}")
 
 
 @main.command()

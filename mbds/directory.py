@@ -113,12 +113,14 @@ class AttrIndex:
 
 
 def file_schema_from_pb(f: pb.FileDef) -> FileSchema:
-    return FileSchema(f.name, [Attribute(a.name, a.type, a.directory) for a in f.attributes])
+    return FileSchema(f.name, [Attribute(a.name, a.type, a.directory, a.indexed)
+                               for a in f.attributes])
 
 
 def file_schema_to_pb(f: FileSchema) -> pb.FileDef:
     return pb.FileDef(name=f.name, attributes=[
-        pb.AttributeDef(name=a.name, type=a.type, directory=a.directory) for a in f.attributes])
+        pb.AttributeDef(name=a.name, type=a.type, directory=a.directory, indexed=a.indexed)
+        for a in f.attributes])
 
 
 class Directory:
@@ -138,8 +140,15 @@ class Directory:
         """Apply an update; return only the parts that were new here (to persist)."""
         new = pb.DirectoryUpdate()
         for f in update.files:
-            if f.name not in self.files:
-                self.files[f.name] = file_schema_from_pb(f)
+            old, schema = self.files.get(f.name), file_schema_from_pb(f)
+            if old is not None:
+                # A stored file's template never changes (IIG refuses it); its
+                # non-clustered indexes may, and the change is persisted like a new file.
+                if old.indexes != schema.indexes and old.template() == schema.template():
+                    self.files[f.name] = schema
+                    new.files.append(f)
+            else:
+                self.files[f.name] = schema
                 self.file_clusters.setdefault(f.name, set())
                 for attr in self.files[f.name].directory_attributes:
                     kind = "B" if attr == "FILE" else self.files[f.name].by_name[attr].directory
@@ -173,7 +182,7 @@ class Directory:
     def digest(self) -> str:
         """A fingerprint that is equal on two backends exactly when their directories are."""
         canon = {
-            "files": {n: [(a.name, a.type, a.directory) for a in f.attributes]
+            "files": {n: [(a.name, a.type, a.directory, a.indexed) for a in f.attributes]
                       for n, f in sorted(self.files.items())},
             "descriptors": [(d.id, d.file, d.attr, d.kind, d.low, d.high, d.value)
                             for _, d in sorted(self.descriptors.items())],

@@ -31,6 +31,13 @@ LOCK_WAIT_SECONDS = Histogram(
 CREDIT_WAITS = Counter(
     "mbds_recp_credit_waits_total", "Times RECP held a row batch until PP returned credit "
     "(flow control: PP, or the client behind it, is a window of batches behind)", ["backend"])
+BUS_MESSAGES = Counter(
+    "mbds_bus_messages_total", "gRPC messages on the controller-backend bus, each carrying "
+    "every traffic unit, credit or reply that was queued at once",
+    ["direction", "backend"])     # direction: to_backend | to_controller
+BUS_ITEMS = Counter(
+    "mbds_bus_items_total", "Bus messages' items (traffic units, credits, commits, aborts "
+    "down; row batches, groups, done, committed, errors up)", ["direction", "backend"])
 RECORDS_PROCESSED = Counter(
     "mbds_records_processed_total", "Records retrieved or changed by RECP", ["op", "backend"])
 

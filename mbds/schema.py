@@ -28,6 +28,7 @@ class Attribute:
     name: str
     type: str                      # integer | float | string
     directory: str = ""            # "" | A | B | C
+    indexed: bool = False          # a non-clustered index on every backend
 
     def accepts(self, value: object) -> bool:
         """Whether a keyword value fits this attribute's type (ints widen to float)."""
@@ -58,6 +59,14 @@ class FileSchema:
         self.index = {a.name: i for i, a in enumerate(self.attributes)}
         # Cluster keys list one descriptor per directory attribute; FILE comes first.
         self.directory_attributes = ["FILE"] + [a.name for a in self.attributes if a.directory]
+
+    @property
+    def indexes(self) -> list[str]:
+        return [a.name for a in self.attributes if a.indexed]
+
+    def template(self) -> list[tuple[str, str, str]]:
+        """What a stored file cannot change: names, types and directory kinds."""
+        return [(a.name, a.type, a.directory) for a in self.attributes]
 
     def attribute(self, name: str) -> Attribute | None:
         if name == "FILE":
@@ -111,6 +120,21 @@ def _directory(attr: Attribute, spec: dict[str, Any], where: str) -> list[Descri
     return []  # type C: sub-descriptors are created as values appear
 
 
+def _indexes(file: str, raw: object, known: set[str]) -> set[str]:
+    """The file's non-clustered indexes: a list of its attribute names (or none)."""
+    if raw is None:
+        return set()
+    if not isinstance(raw, list):
+        raise DefinitionError(f"file {file}: 'indexes' must be a list of attribute names")
+    names = [_ident(a, f"file {file}: index attribute") for a in raw]
+    for a in names:
+        if a not in known:
+            raise DefinitionError(f"file {file}: index attribute {a} is not an attribute")
+    if len(set(names)) != len(names):
+        raise DefinitionError(f"file {file}: index attributes repeat")
+    return set(names)
+
+
 def parse_definition(text: str) -> list[FileSchema]:
     """Parse the YAML database definition. Raises DefinitionError naming what is wrong."""
     try:
@@ -150,6 +174,8 @@ def parse_definition(text: str) -> list[FileSchema]:
         for d in dir_specs:
             if d not in known:
                 raise DefinitionError(f"file {name}: directory attribute {d} is not an attribute")
+        indexed = _indexes(name, body.get("indexes"), known)
+        attrs = [Attribute(a.name, a.type, a.directory, a.name in indexed) for a in attrs]
         schema = FileSchema(name, attrs)
         for a in attrs:
             if a.directory:

@@ -69,6 +69,15 @@ def test_kv_file_makes_each_key_a_directory_lookup() -> None:
 
 # --- end to end ---------------------------------------------------------------------------
 
+def test_users_file_gives_each_access_path_its_attribute() -> None:
+    d = yaml.safe_load(users_mod.definition("IDM", 250, 100))["files"]["IDM"]
+    assert d["directory"] == {"ID": {"type": "A", "ranges": [[1, 100], [101, 200], [201, 250]]}}
+    assert d["indexes"] == ["NUM"]
+    assert yaml.safe_load(users_mod.definition("IDM", 250, 100, False))["files"]["IDM"][
+        "indexes"] == []
+    assert users_mod.retrieve("F", "AMT", 4).endswith("(AMT = 6.0)) (" + users_mod.TARGETS + ")")
+
+
 def test_users_throughput(tmp_path: Path) -> None:
     out = tmp_path / "users"
     data = run(users_mod.users, out, "--users", "2,3", "--records", "300", "--scripts", "2",
@@ -95,9 +104,10 @@ def test_users_file_size(tmp_path: Path) -> None:
     got = {r["records"]: r for r in data["rows"]}
     assert sorted(got) == [100, 500]
     for n, r in got.items():
-        assert r["indexed_clusters"] == 1             # the directory attribute: one cluster
+        assert r["clustered_clusters"] == 1           # the directory attribute: one cluster
+        assert r["nonclustered_clusters"] == n // 50   # indexed, but not a directory attribute
         assert r["scan_clusters"] == n // 50           # the plain attribute: every cluster
-        assert r["indexed_ms"] > 0 and r["scan_ms"] > 0
+        assert r["clustered_ms"] > 0 and r["nonclustered_ms"] > 0 and r["scan_ms"] > 0
 
 
 def test_tp_closed_loop(tmp_path: Path) -> None:

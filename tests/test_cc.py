@@ -2,7 +2,11 @@
 
 import asyncio
 
-from backend.cc import LockTable, S, X
+from backend.cc import IS, IX, LockTable, S, X, join
+from backend.dm import RequestPlan, lock_set
+from backend.recp import FilePlan
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import Attribute, FileSchema
 
 
 def granted(t: LockTable, handle) -> bool:  # noqa: ANN001
@@ -78,3 +82,65 @@ def test_many_concurrent_owners_all_finish() -> None:
             same = [i for i in order if i % 3 == k]
             assert same == sorted(same)
     asyncio.run(go())
+
+
+def test_an_empty_lock_set_is_granted_at_once() -> None:
+    t = LockTable()
+    assert granted(t, t.request("a", {}))
+
+
+def test_a_release_wakes_only_what_it_unblocks_and_in_fifo_order() -> None:
+    t = LockTable()
+    first = t.request("w", {("cluster", 1): X, ("cluster", 2): X})
+    reader1 = t.request("r1", {("cluster", 1): S})
+    writer = t.request("w2", {("cluster", 2): X})
+    reader2 = t.request("r2", {("cluster", 2): S, ("cluster", 3): S})
+    other = t.request("o", {("cluster", 4): X})
+    assert granted(t, first) and granted(t, other)
+    assert not any(granted(t, h) for h in (reader1, writer, reader2))
+    t.release(first)
+    assert granted(t, reader1) and granted(t, writer) and not granted(t, reader2)
+    t.release(writer)
+    assert granted(t, reader2)
+
+
+def test_intention_modes() -> None:
+    t = LockTable()
+    a = t.request("a", {("file", "F"): IS})
+    b = t.request("b", {("file", "F"): IX})
+    c = t.request("c", {("file", "F"): S})      # a whole-file reader: waits for the writer
+    d = t.request("d", {("file", "F"): IS})     # compatible with all three ahead
+    e = t.request("e", {("file", "F"): IX})     # not with the S ahead: FIFO holds it
+    assert [granted(t, h) for h in (a, b, c, d, e)] == [True, True, False, True, False]
+    t.release(b)
+    assert granted(t, c) and not granted(t, e)
+    t.release(c)
+    assert granted(t, e)
+    assert [join(IS, IX), join(S, IS), join(IX, S), join(IX, IX), join(X, IS)] == \
+        [IX, S, X, IX, X]
+
+
+def _plan(op: int, clusters: list[int], every: bool, moves: bool = False) -> RequestPlan:
+    fp = FilePlan(FileSchema("F", [Attribute("K", "integer")]), clusters, every_cluster=every)
+    return RequestPlan(pb.Request(op=op, moves_records=moves), files=[fp])
+
+
+def test_lock_sets_escalate_to_the_file_when_every_cluster_is_visited() -> None:
+    assert lock_set([_plan(pb.RETRIEVE, [1, 2, 3], True)]) == {("file", "F"): S}
+    assert lock_set([_plan(pb.RETRIEVE, [], True)]) == {("file", "F"): S}   # empty file too
+    assert lock_set([_plan(pb.RETRIEVE, [2], False)]) == {
+        ("file", "F"): IS, ("cluster", 2): S}
+    assert lock_set([_plan(pb.DELETE, [1, 2], True)]) == {("file", "F"): X}
+    assert lock_set([_plan(pb.UPDATE, [2], False, moves=True)]) == {("file", "F"): X}
+    assert lock_set([_plan(pb.UPDATE, [2], False)]) == {("file", "F"): IX, ("cluster", 2): X}
+    # A transaction that reads cluster 2 and writes it: the stronger of each.
+    both = lock_set([_plan(pb.RETRIEVE, [2, 3], False), _plan(pb.DELETE, [2], False)])
+    assert both == {("file", "F"): IX, ("cluster", 2): X, ("cluster", 3): S}
+    # An insert into a cluster the whole-file reader never saw still waits for it.
+    insert = pb.Request(op=pb.INSERT, file="F", records=[pb.PlacedRecord(cluster_id=9)])
+    t = LockTable()
+    reader = t.request("r", lock_set([_plan(pb.RETRIEVE, [1, 2], True)]))
+    writer = t.request("w", lock_set([RequestPlan(insert)]))
+    assert granted(t, reader) and not granted(t, writer)
+    t.release(reader)
+    assert granted(t, writer)

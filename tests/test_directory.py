@@ -92,8 +92,8 @@ def test_bad_definitions_are_named(text: str, message: str) -> None:
 
 def test_redefining_a_file_differently_is_refused() -> None:
     iig = paper_iig()
-    _, created, unchanged = iig.define(parse_definition(P.definition_yaml()))
-    assert created == [] and unchanged == [P.FILE]
+    out = iig.define(parse_definition(P.definition_yaml()))
+    assert out.created == [] and out.unchanged == [P.FILE] and out.reindexed == []
     with pytest.raises(DefinitionError, match="already defined differently"):
         iig.define(parse_definition(P.definition_yaml(2)))
 
@@ -105,3 +105,45 @@ def test_single_record_clusters_still_spread_over_all_backends() -> None:
     chosen = Counter(iig.choose_backend(iig.cluster_of("F", ["F", f"k{i}"], pb.DirectoryUpdate()),
                                         names) for i in range(30))
     assert chosen == {0: 10, 1: 10, 2: 10}
+
+
+INDEXED = "files: {F: {attributes: {K: integer, V: string, W: float}, indexes: %s}}"
+
+
+@pytest.mark.parametrize("indexes, message", [
+    ("V", "'indexes' must be a list"),
+    ("[X]", "index attribute X is not an attribute"),
+    ("[V, v]", "index attributes repeat"),
+    ("[1]", "index attribute 1 is not an identifier"),
+])
+def test_bad_indexes_are_named(indexes: str, message: str) -> None:
+    with pytest.raises(DefinitionError, match=message):
+        parse_definition(INDEXED % indexes)
+
+
+def test_indexes_may_change_but_nothing_else() -> None:
+    iig = Iig(Directory())
+    first = iig.define(parse_definition(INDEXED % "[V]"))
+    assert first.created == ["F"] and iig.directory.files["F"].indexes == ["V"]
+    digest = iig.directory.digest()
+    again = iig.define(parse_definition(INDEXED % "[v]"))
+    assert again.unchanged == ["F"] and not again.update.files
+    more = iig.define(parse_definition(INDEXED % "[W, V]"))
+    assert more.reindexed == ["F"] and not more.update.descriptors
+    assert iig.directory.files["F"].indexes == ["V", "W"]
+    assert iig.directory.digest() != digest        # backends that missed it get resynced
+    # A template change is refused even when the indexes change with it: nothing applied.
+    with pytest.raises(DefinitionError, match="already defined differently"):
+        iig.define(parse_definition(
+            "files: {F: {attributes: {K: integer, V: string}, indexes: []}}"))
+    assert iig.directory.files["F"].indexes == ["V", "W"]
+
+
+def test_a_backend_copy_applies_an_index_change_once() -> None:
+    iig = Iig(Directory())
+    copy = Directory()
+    copy.apply(iig.define(parse_definition(INDEXED % "[]")).update)
+    change = iig.define(parse_definition(INDEXED % "[K]")).update
+    assert [f.name for f in copy.apply(change).files] == ["F"]   # new here: persist it
+    assert copy.apply(change).files == []                        # idempotent
+    assert copy.files["F"].indexes == ["K"] and copy.digest() == iig.directory.digest()

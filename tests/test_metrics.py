@@ -327,3 +327,31 @@ def test_a_slow_client_holds_up_only_its_own_answer(cluster_factory) -> None:
         assert all(x[1] == body for x in rows)
     finally:
         slow.close()
+
+
+def test_a_small_answer_is_one_bus_message_each_way(cluster_factory) -> None:
+    """Batching on the bus: a small retrieve costs each backend one message down (the
+    traffic unit) and one up (rows, done and committed together); the counters show
+    it, and under concurrent users messages carry several items."""
+    r, _ = start_with_metrics(cluster_factory, 2)
+    load_paper(r)
+    urls = metrics_urls(r)
+    names = [b.name for b in r.client.status().backends]
+    r.client.execute(P.REQUESTS[0].abdl())             # settle any start-up traffic
+    time.sleep(0.3)
+    before = scrape(urls)
+    for _ in range(5):
+        [res] = r.client.execute(P.REQUESTS[0].abdl())  # 2 records
+        assert len(res.records) == 2
+    holds = {b["backend"]: b["records"] for b in res.stats["backends"]}
+    time.sleep(0.3)
+    after = scrape(urls)
+    msgs = delta(series(before, "mbds_bus_messages_total"),
+                 series(after, "mbds_bus_messages_total"))
+    items = delta(series(before, "mbds_bus_items_total"), series(after, "mbds_bus_items_total"))
+    for name in names:
+        down = (("backend", name), ("direction", "to_backend"))
+        up = (("backend", name), ("direction", "to_controller"))
+        assert msgs[down] == 5 and items[down] == 5
+        # (rows, if it holds any of the two records) + done + committed
+        assert msgs[up] == 5 and items[up] == 5 * (2 + (holds[name] > 0))

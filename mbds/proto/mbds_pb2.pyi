@@ -142,12 +142,14 @@ class DefineRequest(_message.Message):
     def __init__(self, yaml: _Optional[str] = ...) -> None: ...
 
 class DefineReply(_message.Message):
-    __slots__ = ("files_created", "files_unchanged")
+    __slots__ = ("files_created", "files_unchanged", "files_reindexed")
     FILES_CREATED_FIELD_NUMBER: _ClassVar[int]
     FILES_UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    FILES_REINDEXED_FIELD_NUMBER: _ClassVar[int]
     files_created: _containers.RepeatedScalarFieldContainer[str]
     files_unchanged: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, files_created: _Optional[_Iterable[str]] = ..., files_unchanged: _Optional[_Iterable[str]] = ...) -> None: ...
+    files_reindexed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, files_created: _Optional[_Iterable[str]] = ..., files_unchanged: _Optional[_Iterable[str]] = ..., files_reindexed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()
@@ -272,14 +274,16 @@ class Request(_message.Message):
     def __init__(self, op: _Optional[_Union[Op, str]] = ..., file: _Optional[str] = ..., retrieval: _Optional[_Union[Retrieval, _Mapping]] = ..., right: _Optional[_Union[Retrieval, _Mapping]] = ..., modifier: _Optional[_Union[Modifier, _Mapping]] = ..., records: _Optional[_Iterable[_Union[PlacedRecord, _Mapping]]] = ..., record_count: _Optional[int] = ..., moves_records: _Optional[bool] = ..., predicate_base: _Optional[int] = ...) -> None: ...
 
 class AttributeDef(_message.Message):
-    __slots__ = ("name", "type", "directory")
+    __slots__ = ("name", "type", "directory", "indexed")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
     directory: str
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., directory: _Optional[str] = ...) -> None: ...
+    indexed: bool
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., directory: _Optional[str] = ..., indexed: _Optional[bool] = ...) -> None: ...
 
 class FileDef(_message.Message):
     __slots__ = ("name", "attributes")

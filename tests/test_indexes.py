@@ -1,0 +1,97 @@
+"""Non-clustered indexes through the real system: built in every backend's SQLite file,
+used by RECP's queries, changed by a re-definition, kept across a restart, and never
+changing an answer."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mbds.client import ClientError
+from tests.conftest import Running, backend_digests
+
+DEF = """
+files:
+  ITEM:
+    attributes: {ID: integer, NUM: integer, TAG: string}
+    directory:
+      ID: {type: A, ranges: [[1, 50], [51, 100]]}
+    indexes: %s
+"""
+QUERIES = [
+    "RETRIEVE ((FILE = ITEM) and (NUM = 77)) (ID, NUM, TAG)",
+    "RETRIEVE ((FILE = ITEM) and (NUM > 90)) (ID, NUM)",
+    "RETRIEVE ((FILE = ITEM) and (TAG = t3)) (ID)",
+    "RETRIEVE ((FILE = ITEM) and (ID <= 50) and (NUM < 20)) (ID, NUM)",
+]
+
+
+def _files(r: Running) -> list[Path]:
+    return [r.cluster.data_dir / f"b{i}" / "backend.db" for i in range(len(r.cluster.backends))]
+
+
+def _indexes(db: Path) -> set[str]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return {n for (n,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'ix_ITEM_a_%'")}
+
+
+def _plan(db: Path, where: str) -> str:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return " ".join(str(row[-1]) for row in conn.execute(
+            f'EXPLAIN QUERY PLAN SELECT * FROM "r_ITEM" WHERE {where}', (1,)))
+
+
+def _answers(r: Running) -> list[list[tuple]]:
+    return [sorted(tuple(rec.values()) for rec in r.client.execute(q)[0].records)
+            for q in QUERIES]
+
+
+def test_indexes_are_built_used_changed_and_kept(cluster_factory) -> None:  # noqa: ANN001
+    r = cluster_factory(2)
+    assert list(r.client.define(DEF % "[]").files_created) == ["ITEM"]
+    for i in range(1, 101):
+        r.client.execute(f"INSERT (<FILE, ITEM>, <ID, {i}>, <NUM, {(i * 37) % 101}>, "
+                         f"<TAG, t{i % 7}>)")
+    plain = _answers(r)
+    nums = {i: (i * 37) % 101 for i in range(1, 101)}
+    assert [len(a) for a in plain] == [
+        1, sum(n > 90 for n in nums.values()), sum(i % 7 == 3 for i in nums),
+        sum(i <= 50 and n < 20 for i, n in nums.items())]
+    assert all(_indexes(db) == set() for db in _files(r))
+
+    # Adding indexes to a stored file builds them on every backend; answers do not change.
+    reply = r.client.define(DEF % "[NUM, TAG]")
+    assert list(reply.files_reindexed) == ["ITEM"] and not reply.files_created
+    for db in _files(r):
+        assert _indexes(db) == {"ix_ITEM_a_NUM", "ix_ITEM_a_TAG"}
+        assert "ix_ITEM_a_NUM" in _plan(db, '"NUM" = ?')   # what RECP's scan becomes
+    assert _answers(r) == plain
+    assert len(set(backend_digests(r))) == 1
+    assert list(r.client.define(DEF % "[TAG, NUM]").files_unchanged) == ["ITEM"]
+
+    # The index list is kept in the backend's file: a restarted backend has it.
+    r.cluster.backends[1].stop()
+    r.cluster.restart_backend(1)
+    assert len(set(backend_digests(r))) == 1
+    assert _answers(r) == plain
+    r.client.execute("INSERT (<FILE, ITEM>, <ID, 101>, <NUM, 77>, <TAG, t3>)")
+    assert len(r.client.execute(QUERIES[0])[0].records) == 2     # index maintained on insert
+
+    # Leaving an index out of the definition drops it.
+    assert list(r.client.define(DEF % "[TAG]").files_reindexed) == ["ITEM"]
+    assert all(_indexes(db) == {"ix_ITEM_a_TAG"} for db in _files(r))
+
+
+def test_a_bad_index_definition_changes_nothing(cluster_factory) -> None:  # noqa: ANN001
+    r = cluster_factory(1)
+    r.client.define(DEF % "[NUM]")
+    digest = backend_digests(r)
+    with pytest.raises(ClientError, match="index attribute PRICE is not an attribute"):
+        r.client.define(DEF % "[PRICE]")
+    with pytest.raises(ClientError, match="already defined differently"):
+        r.client.define(DEF.replace("TAG: string", "TAG: integer") % "[]")
+    assert backend_digests(r) == digest
+    assert all(_indexes(db) == {"ix_ITEM_a_NUM"} for db in _files(r))
