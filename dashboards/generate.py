@@ -322,6 +322,7 @@ def backends() -> Dashboard:
     sel = _sel(op="$op", backend="$backend")
     rate = f"rate(mbds_records_processed_total{sel}[{RI}])"
     recp = _sel(process="RECP", handler="process", backend="$backend")
+    bus = _sel(backend="$backend")
     return Dashboard(
         "mbds-backends", "MBDS / Backends: record processing and balance",
         "Records retrieved or changed by RECP on each backend, and how evenly the work is "
@@ -353,6 +354,22 @@ def backends() -> Dashboard:
                               legend="{{backend}}"), unit="percentunit",
                        description="Fraction of wall time RECP spends processing requests "
                                    "(internal timing)."),
+            timeseries("Bus messages per second by backend and direction",
+                       Target(f"sum by (backend, direction) (rate(mbds_bus_messages_total"
+                              f"{bus}[{RI}]))", legend="{{backend}} {{direction}}"),
+                       unit="reqps",
+                       description="gRPC messages on the controller-backend bus. Each carries "
+                                   "everything queued at once, so under load the rate grows "
+                                   "slower than the request rate."),
+            timeseries("Bus items per message (batching)",
+                       Target(f"sum by (backend, direction) (rate(mbds_bus_items_total{bus}"
+                              f"[{RI}])) / sum by (backend, direction) (rate("
+                              f"mbds_bus_messages_total{bus}[{RI}]))",
+                              legend="{{backend}} {{direction}}"),
+                       unit="none",
+                       description="Traffic units, credits and decisions per message down; "
+                                   "row batches, done and committed per message up. 1 means "
+                                   "no batching; a small answer is 3 items up."),
         ],
         [Variable("op", "Operation", "mbds_records_processed_total"),
          Variable("backend", "Backend", "mbds_records_processed_total")])
