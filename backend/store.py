@@ -120,8 +120,9 @@ class Store:
         upd = pb.DirectoryUpdate()
         for (text,) in conn.execute("SELECT def FROM files ORDER BY rowid"):
             d = json.loads(text)
-            upd.files.append(pb.FileDef(name=d["name"], attributes=[
-                # Files stored before indexes existed have three fields.
+            # Files stored before indexes existed have no revision and three fields.
+            upd.files.append(pb.FileDef(name=d["name"], revision=d.get("revision", 0),
+                                        attributes=[
                 pb.AttributeDef(name=a[0], type=a[1], directory=a[2],
                                 indexed=len(a) > 3 and bool(a[3])) for a in d["attributes"]]))
         for row in conn.execute("SELECT id, file, attr, kind, low, high, value FROM descriptors"):
@@ -145,7 +146,7 @@ class Store:
             # An upsert, not a replace: load_directory lists files in rowid order.
             conn.execute("INSERT INTO files (name, def) VALUES (?, ?) ON CONFLICT (name) "
                          "DO UPDATE SET def = excluded.def", (
-                f.name, json.dumps({"name": f.name, "attributes": [
+                f.name, json.dumps({"name": f.name, "revision": f.revision, "attributes": [
                     [a.name, a.type, a.directory, a.indexed] for a in schema.attributes]})))
             self._create_file_table(conn, schema)
         conn.executemany(

@@ -62,6 +62,7 @@ class Iig:
                 if old.indexes == s.indexes:
                     out.unchanged.append(s.name)
                 else:
+                    s.revision = old.revision + 1
                     update.files.append(file_schema_to_pb(s))
                     out.reindexed.append(s.name)
                 continue

@@ -114,11 +114,11 @@ class AttrIndex:
 
 def file_schema_from_pb(f: pb.FileDef) -> FileSchema:
     return FileSchema(f.name, [Attribute(a.name, a.type, a.directory, a.indexed)
-                               for a in f.attributes])
+                               for a in f.attributes], revision=f.revision)
 
 
 def file_schema_to_pb(f: FileSchema) -> pb.FileDef:
-    return pb.FileDef(name=f.name, attributes=[
+    return pb.FileDef(name=f.name, revision=f.revision, attributes=[
         pb.AttributeDef(name=a.name, type=a.type, directory=a.directory, indexed=a.indexed)
         for a in f.attributes])
 
@@ -143,8 +143,9 @@ class Directory:
             old, schema = self.files.get(f.name), file_schema_from_pb(f)
             if old is not None:
                 # A stored file's template never changes (IIG refuses it); its
-                # non-clustered indexes may, and the change is persisted like a new file.
-                if old.indexes != schema.indexes and old.template() == schema.template():
+                # non-clustered indexes may: the newer revision wins, and the change is
+                # persisted like a new file.
+                if schema.revision > old.revision and old.template() == schema.template():
                     self.files[f.name] = schema
                     new.files.append(f)
             else:
@@ -182,7 +183,8 @@ class Directory:
     def digest(self) -> str:
         """A fingerprint that is equal on two backends exactly when their directories are."""
         canon = {
-            "files": {n: [(a.name, a.type, a.directory, a.indexed) for a in f.attributes]
+            "files": {n: [f.revision, *((a.name, a.type, a.directory, a.indexed)
+                                       for a in f.attributes)]
                       for n, f in sorted(self.files.items())},
             "descriptors": [(d.id, d.file, d.attr, d.kind, d.low, d.high, d.value)
                             for _, d in sorted(self.descriptors.items())],

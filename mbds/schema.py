@@ -53,6 +53,7 @@ class FileSchema:
     name: str
     attributes: list[Attribute]
     descriptor_specs: dict[str, list[DescriptorSpec]] = field(default_factory=dict)
+    revision: int = 0              # IIG bumps it at each change of the indexes
 
     def __post_init__(self) -> None:
         self.by_name = {a.name: a for a in self.attributes}

@@ -61,6 +61,12 @@ def test_up_exec_define_load_table2_and_clean_stop(tmp_path: Path) -> None:
         (tmp_path / "census.yaml").write_text(CENSUS_YAML)
         r = mbds("define", str(tmp_path / "census.yaml"), "--controller", up.addr)
         assert r.returncode == 0 and "created CENSUS" in r.stdout, r.stderr
+        # Adding an index to the stored file: the one change a definition may make.
+        (tmp_path / "census.yaml").write_text(CENSUS_YAML.replace(
+            "      CITY: {type: C}\n", "      CITY: {type: C}\n    indexes: [AREA]\n", 1))
+        r = mbds("define", str(tmp_path / "census.yaml"), "--controller", up.addr)
+        assert r.returncode == 0 and "reindexed CENSUS" in r.stdout, r.stdout + r.stderr
+        assert "unchanged STATES" in r.stdout
         r = mbds("exec", "--controller", up.addr, "--json",
                  "[INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>); "
                  "RETRIEVE (FILE = Census) (CITY, AVG(POP)) BY CITY]")

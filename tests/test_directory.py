@@ -147,3 +147,8 @@ def test_a_backend_copy_applies_an_index_change_once() -> None:
     assert [f.name for f in copy.apply(change).files] == ["F"]   # new here: persist it
     assert copy.apply(change).files == []                        # idempotent
     assert copy.files["F"].indexes == ["K"] and copy.digest() == iig.directory.digest()
+    # A lagging copy's older definition (say, from a backend that rejoins) never wins.
+    stale = Directory()
+    stale.apply(Iig(Directory()).define(parse_definition(INDEXED % "[]")).update)
+    assert copy.apply(stale.to_update()).files == [] and copy.files["F"].indexes == ["K"]
+    assert [f.revision for f in copy.to_update().files] == [1]

@@ -286,12 +286,14 @@ class AttributeDef(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., directory: _Optional[str] = ..., indexed: _Optional[bool] = ...) -> None: ...
 
 class FileDef(_message.Message):
-    __slots__ = ("name", "attributes")
+    __slots__ = ("name", "attributes", "revision")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     name: str
     attributes: _containers.RepeatedCompositeFieldContainer[AttributeDef]
-    def __init__(self, name: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[AttributeDef, _Mapping]]] = ...) -> None: ...
+    revision: int
+    def __init__(self, name: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[AttributeDef, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class Descriptor(_message.Message):
     __slots__ = ("id", "file", "attr", "kind", "low", "high", "value")
