@@ -98,10 +98,18 @@ def command_line() -> str:
 
 
 @contextmanager
-def local_cluster(backends: int, *, backend_cpus: float | None = None,
-                  internal_timing: bool = False, synchronous: str = "NORMAL",
-                  in_memory: bool = False, split_search_from: int = 1) -> Iterator[str]:
+def local_cluster(backends: int, **kw: Any) -> Iterator[str]:
     """A fresh cluster in a temporary folder, so every run starts from empty files."""
+    with local_cluster_procs(backends, **kw) as cluster:
+        yield cluster.address
+
+
+@contextmanager
+def local_cluster_procs(backends: int, *, backend_cpus: float | None = None,
+                        internal_timing: bool = False, synchronous: str = "NORMAL",
+                        in_memory: bool = False, split_search_from: int = 1
+                        ) -> Iterator[LocalCluster]:
+    """`local_cluster`, yielding the cluster itself (its processes, for CPU accounting)."""
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp:
         # The folder's unique name also names the backends' cgroups (--backend-cpus),
         # so concurrent runs never share a CPU budget.
@@ -109,9 +117,9 @@ def local_cluster(backends: int, *, backend_cpus: float | None = None,
                                synchronous=synchronous, in_memory=in_memory,
                                backend_cpus=backend_cpus,
                                split_search_from=split_search_from)
-        address = cluster.start()
+        cluster.start()
         try:
-            yield address
+            yield cluster
         finally:
             cluster.stop()          # also removes the backends' cgroups
 

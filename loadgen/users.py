@@ -28,7 +28,7 @@ from loadgen.common import (
     define,
     fail,
     int_list,
-    local_cluster,
+    local_cluster_procs,
     machine_facts,
     out_dir,
     padded,
@@ -40,6 +40,7 @@ from loadgen.common import (
     write_json,
     write_summary,
 )
+from loadgen.cpu import CpuMeter
 from loadgen.hist import Hist
 from loadgen.users_run import run_users
 from mbds.client import Client, ClientError
@@ -116,7 +117,7 @@ def scripts_for(user: int, rep: int, count: int, file: str, n: int, seed: int
 
 
 def test1(address: str, users_list: list[int], n: int, per_user: int, repeats: int,
-          seed: int, file: str) -> tuple[list[Row], list[Row]]:
+          seed: int, file: str, meter: CpuMeter) -> tuple[list[Row], list[Row]]:
     summary: list[Row] = []
     raw: list[Row] = []
     plan = [0, *users_list]
@@ -124,10 +125,14 @@ def test1(address: str, users_list: list[int], n: int, per_user: int, repeats: i
         task = bar.add_task("users", total=len(plan) * repeats)
         for users in plan:
             times, hist, rows_seen = [], Hist(), 0
+            cpu = dict.fromkeys(meter.procs, 0.0)
             for rep in range(repeats):
                 scripts = [scripts_for(u, rep, per_user, file, n, seed)
                            for u in range(max(users, 1))]
+                before = meter.read()
                 elapsed, rows = run_users(address, users, scripts, hist, dry=users == 0)
+                for k, v in meter.spent(before, meter.read()).items():
+                    cpu[k] += v
                 expected = max(users, 1) * per_user * len(SCRIPT)
                 if rows != expected:
                     raise click.ClickException(
@@ -138,19 +143,28 @@ def test1(address: str, users_list: list[int], n: int, per_user: int, repeats: i
                 bar.advance(task)
             t = statistics.mean(times)
             nscripts = max(users, 1) * per_user
+            done = nscripts * len(SCRIPT) * repeats
             summary.append({
                 "users": users, "scripts": nscripts, "requests": nscripts * len(SCRIPT),
                 "records": rows_seen // repeats, "time_s": t,
                 "time_sd": statistics.stdev(times) if len(times) > 1 else 0.0,
                 "s_per_user": t / max(users, 1), "scripts_per_s": nscripts / t,
                 "requests_per_s": nscripts * len(SCRIPT) / t, "avg_ms": hist.mean(),
-                "p95_ms": hist.pct(95)})
-    base = next(r for r in summary if r["users"] == 1)["scripts_per_s"]
+                "p95_ms": hist.pct(95),
+                # CPU per request (ms) of each part and in all, and the cores it kept busy.
+                **{f"{k}_cpu_ms": 1000 * v / done for k, v in cpu.items()},
+                "cpu_ms_per_req": 1000 * sum(cpu.values()) / done,
+                "cores_busy": sum(cpu.values()) / sum(times)})
+    one = next(r for r in summary if r["users"] == 1)
+    base = one["scripts_per_s"]
     for r in summary:
         if r["users"] == 0:       # the harness alone: no work done, nothing to normalise
             r.update(s_per_user="", scripts_per_s="", requests_per_s="", normalised="",
-                     idm_thruput="")
+                     idm_thruput="", ceiling="")
             continue
+        # The most users can gain on these cores: cores × L (one user's time per request)
+        # over C (the CPU a request costs at this load; batching makes C fall with load).
+        r["ceiling"] = meter.cores * (1000 / one["requests_per_s"]) / r["cpu_ms_per_req"]
         r["normalised"] = r["scripts_per_s"] / base
         r["idm_thruput"] = IDM_THRUPUT.get(r["users"], "")
     return summary, raw
@@ -229,21 +243,24 @@ def users(test: str, users_list: str, records: int, per_user: int, repeats: int,
     facts = machine_facts(backends, backend_cpus, split_search_from)
     ulist = sorted(set(int_list(users_list)) | {1})
     try:
-        with local_cluster(backends, backend_cpus=backend_cpus,
-                           split_search_from=split_search_from,
-                           internal_timing=internal_timing == "on") as address, \
-                Client(address, timeout=600) as client:
+        with local_cluster_procs(backends, backend_cpus=backend_cpus,
+                                 split_search_from=split_search_from,
+                                 internal_timing=internal_timing == "on") as cluster, \
+                Client(cluster.address, timeout=600) as client:
+            address = cluster.address
             if test == "1":
                 load(client, "IDM", records, cluster_size, seed, nonclustered)
                 run_users(address, 1, [scripts_for(0, -1, 1, "IDM", records, seed)], Hist())
-                rows, raw = test1(address, ulist, records, per_user, repeats, seed, "IDM")
+                rows, raw = test1(address, ulist, records, per_user, repeats, seed, "IDM",
+                                  CpuMeter(cluster))
             else:
                 rows = test2(client, int_list(sizes), reps, cluster_size, seed)
     except ClientError as e:
         fail(e)
     if test == "1":
-        cols = ["users", "requests", "time_s", "s_per_user", "scripts_per_s", "requests_per_s",
-                "avg_ms", "p95_ms", "normalised", "idm_thruput"]
+        cols = ["users", "requests", "time_s", "s_per_user", "requests_per_s", "avg_ms",
+                "p95_ms", "cpu_ms_per_req", "cores_busy", "ceiling", "normalised",
+                "idm_thruput"]
         write_csv(folder / "runs.csv", raw)
         notes = [f"{records:,} records of 9 attributes (the IDM used 150,000); {per_user} "
                  f"scripts of ten retrieves per user, {repeats} runs each (mean time).",
@@ -251,7 +268,11 @@ def users(test: str, users_list: str, records: int, per_user: int, repeats: int,
                                                 "(no index: every record examined)")
                  + ", 3 on ID (directory attribute: one cluster).",
                  "users 0 = the harness alone: the same loop and scripts, nothing sent.",
-                 "normalised = scripts/s divided by the single-user scripts/s."]
+                 "normalised = scripts/s divided by the single-user scripts/s.",
+                 "cpu_ms_per_req: CPU of the harness, the controller and the backends per "
+                 "request (each part in the CSV); cores_busy: that CPU over the time; "
+                 "ceiling = cores x one user's ms per request / cpu_ms_per_req: the most "
+                 "throughput can grow over one user's on these cores."]
         title = "IDM Test 1: simple retrieves, varying the number of users"
     else:
         cols = ["records", "clustered_ms", "clustered_backend_ms", "clustered_clusters",

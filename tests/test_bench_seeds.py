@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,13 @@ def test_users_throughput(tmp_path: Path) -> None:
         assert r["records"] == r["requests"]           # every retrieve finds one record
         assert r["normalised"] > 0 and r["p95_ms"] > 0
         assert abs(r["requests_per_s"] - 10 * r["scripts_per_s"]) < 1e-6
+        # Where the CPU went: the parts add up, work was done, and no more cores were
+        # busy than the machine has (the kernel counts CPU in 10 ms ticks: 3 processes,
+        # read twice, may be off by 60 ms in a run this short).
+        parts = [r[f"{k}_cpu_ms"] for k in ("harness", "controller", "backends")]
+        assert abs(sum(parts) - r["cpu_ms_per_req"]) < 1e-6 and r["cpu_ms_per_req"] > 0
+        assert 0 < r["cores_busy"] <= (os.cpu_count() or 1) + 0.06 / r["time_s"]
+        assert r["ceiling"] > 0
     assert by_users[0]["normalised"] == ""            # the harness alone
     assert len(rows(out / "runs.csv")) == 4
     assert len(rows(out / "results.csv")) == 4
