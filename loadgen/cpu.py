@@ -10,13 +10,14 @@ every result instead of an argument in the docs.
 from __future__ import annotations
 
 import os
+from typing import Any
 
-import psutil
+import click
 
 from mbds.cluster import LocalCluster
 
 
-def _seconds(p: psutil.Process) -> float:
+def _seconds(p: Any) -> float:
     t = p.cpu_times()        # every thread of the process: user + system
     return t.user + t.system
 
@@ -25,6 +26,13 @@ class CpuMeter:
     """CPU seconds of this process and of a local cluster's processes between reads."""
 
     def __init__(self, cluster: LocalCluster) -> None:
+        # Imported here: `mbds` (and its `bench` group) must load in the service images,
+        # which install no benchmark extras.
+        try:
+            import psutil
+        except ImportError:
+            raise click.ClickException("mbds bench users measures CPU with psutil: "
+                                       "pip install 'mbds[bench]'") from None
         self.procs = {"harness": [psutil.Process()],
                       "controller": [psutil.Process(cluster.controller.popen.pid)]
                       if cluster.controller else [],

@@ -249,10 +249,11 @@ def users(test: str, users_list: str, records: int, per_user: int, repeats: int,
                 Client(cluster.address, timeout=600) as client:
             address = cluster.address
             if test == "1":
+                meter = CpuMeter(cluster)        # fails at once if psutil is missing
                 load(client, "IDM", records, cluster_size, seed, nonclustered)
                 run_users(address, 1, [scripts_for(0, -1, 1, "IDM", records, seed)], Hist())
                 rows, raw = test1(address, ulist, records, per_user, repeats, seed, "IDM",
-                                  CpuMeter(cluster))
+                                  meter)
             else:
                 rows = test2(client, int_list(sizes), reps, cluster_size, seed)
     except ClientError as e:

@@ -117,3 +117,16 @@ def test_health_fails_when_nothing_listens() -> None:
 def test_help_works(args: list[str]) -> None:
     r = mbds(*args)
     assert r.returncode == 0 and "Usage" in r.stdout
+
+
+def test_the_cli_loads_without_the_benchmark_extras() -> None:
+    """The service images install no `bench` extras: `mbds` (whose `bench` group imports
+    loadgen) must start without psutil and matplotlib."""
+    code = ("import sys\n"
+            "for m in ('psutil', 'matplotlib'):\n"
+            "    sys.modules[m] = None   # any import of them fails\n"
+            "from mbds.cli import main\n"
+            "sys.argv = ['mbds', 'backend', '--help']\n"
+            "main()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Run one backend" in r.stdout, r.stderr
