@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from loadgen import paper_report
-from loadgen.common import Counted, run_counted
+from loadgen.common import Counted, free_port_block, run_counted
 from loadgen.compose_cluster import ComposeCluster
 from loadgen.speed import speed_probe_ms
 from mbds import paper as P
@@ -196,13 +196,14 @@ def machine(backend_cpus: float | None, compose: bool) -> dict:
               help="CPU budget per backend (cgroup), e.g. 0.5: a backend is its own machine.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Results directory (default results/paper-<time>).")
-@click.option("--metrics-base", type=int, default=19100, show_default=True,
-              help="First /metrics port; configuration i uses a block from base + (max n + 1) i.")
+@click.option("--metrics-base", type=int, default=None,
+              help="First /metrics port; configuration i uses a block from base + (max n + 1) i. "
+                   "Default: a block of ports free on 127.0.0.1 when the run starts.")
 @click.option("--compose", is_flag=True,
               help="Run each configuration on docker-compose (images from "
                    "docker/build-images.sh); --backend-cpus is each container's CPU limit.")
 def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str, timing: str,
-          table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int,
+          table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int | None,
           compose: bool) -> None:
     """Reproduce the paper's Tables 3–8 with local clusters."""
     try:
@@ -216,6 +217,8 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
     out = out or Path("results") / time.strftime("paper-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     running: list[Running] = []
+    if metrics_base is None:
+        metrics_base = free_port_block((max(counts) + 1) * len(configurations(counts, timings)))
     speed = {"before": speed_probe_ms()}
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp, Progress(
             console=console, transient=True) as progress:

@@ -6,6 +6,7 @@ write access to the cgroup tree (root); `apply` says why when it cannot.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 V2_ROOT = Path("/sys/fs/cgroup")
@@ -51,9 +52,21 @@ def read_limit(group: Path) -> float:
         (group / "cpu.cfs_period_us").read_text())
 
 
-def remove(group: Path) -> None:
-    """Delete a cgroup made by `apply` once its process has exited."""
-    try:
-        group.rmdir()
-    except OSError:
-        pass        # already gone, or a process is still in it: nothing to clean now
+def remove(group: Path, wait: float = 2.0) -> None:
+    """Delete a cgroup made by `apply` once its process has exited.
+
+    The kernel lets go of an exited, reaped task's cgroup asynchronously, so rmdir
+    may say EBUSY for a moment after the wait for the process returned: try again
+    for up to `wait` seconds.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return      # a process is still in it: nothing to clean now
+            time.sleep(0.02)

@@ -10,7 +10,6 @@ handler series moves while the request-level metrics still do. Also
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.request
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.common import free_port_block
 from mbds import paper as P
 from mbds.client import Client
 from mbds.cluster import ProcessFailed
@@ -35,29 +35,6 @@ INSERT2 = ("[INSERT (<FILE, PAPER>, <INTE1, 7>, <INTE2, 7>, <MULTI, Extra>); "
 
 
 # ------------------------------------------------------------- helpers ----
-def free_port_block(n: int, attempts: int = 50) -> int:
-    """A base port P with P … P+n-1 all free on 127.0.0.1 (right now)."""
-    for _ in range(attempts):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
-
-
 def start_with_metrics(cluster_factory: Callable[..., Running], n: int,
                        **kw: Any) -> tuple[Running, int]:
     """A cluster whose controller serves /metrics on M and backend K on M+1+K."""
