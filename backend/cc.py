@@ -45,8 +45,8 @@ def join(a: str, b: str) -> str:
 class _Request:
     owner: Hashable
     mode: str
+    lock_set: _LockSet       # the set this request belongs to (woken when it is complete)
     granted: bool = False
-    lock_set: _LockSet | None = None
 
 
 @dataclass(eq=False)
@@ -71,7 +71,7 @@ class LockTable:
         handle = (owner, self._serial)
         ls = _LockSet(owner, {})
         for res, mode in wants.items():
-            req = _Request(owner, mode, lock_set=ls)
+            req = _Request(owner, mode, ls)
             self._queues.setdefault(res, []).append(req)
             ls.requests[res] = req
         self._sets[handle] = ls
@@ -121,7 +121,7 @@ class LockTable:
                 # Strict FIFO: granted only when compatible with every request queued
                 # ahead, granted or not, so conflicting units run in queue (bus) order.
                 granted = ahead <= COMPATIBLE[req.mode]
-                if granted and not req.granted and req.lock_set is not None:
+                if granted and not req.granted:
                     touched.append(req.lock_set)
                 req.granted = granted
                 ahead.add(req.mode)

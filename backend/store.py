@@ -121,10 +121,11 @@ class Store:
         for (text,) in conn.execute("SELECT def FROM files ORDER BY rowid"):
             d = json.loads(text)
             # Files stored before indexes existed have no revision and three fields.
+            attrs = [pb.AttributeDef(name=a[0], type=a[1], directory=a[2],
+                                     indexed=len(a) > 3 and bool(a[3]))
+                     for a in d["attributes"]]
             upd.files.append(pb.FileDef(name=d["name"], revision=d.get("revision", 0),
-                                        attributes=[
-                pb.AttributeDef(name=a[0], type=a[1], directory=a[2],
-                                indexed=len(a) > 3 and bool(a[3])) for a in d["attributes"]]))
+                                        attributes=attrs))
         for row in conn.execute("SELECT id, file, attr, kind, low, high, value FROM descriptors"):
             d = upd.descriptors.add(id=row[0], file=row[1], attr=row[2], kind=row[3])
             for field, text in zip(("low", "high", "value"), row[4:], strict=True):

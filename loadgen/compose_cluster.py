@@ -8,22 +8,16 @@ project and volumes, deleted afterwards (`down -v`).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
+from loadgen.common import free_port_block
 from mbds.client import Client, ClientError
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker" / "compose.sh"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ComposeCluster:
@@ -31,11 +25,11 @@ class ComposeCluster:
                  backend_cpus: float | None = None, start_timeout: float = 180.0) -> None:
         self.n = backends
         self.project = f"mbds_bench_{uuid.uuid4().hex[:8]}"
-        self.port = _free_port()
+        self.port = free_port_block(1)
         self.env = {**os.environ, "BACKENDS": str(backends),
                     "BACKEND_CPUS": str(backend_cpus or 0.5),
                     "MBDS_INTERNAL_TIMING": "on" if internal_timing else "off",
-                    "MBDS_PORT": str(self.port), "PROMETHEUS_PORT": str(_free_port())}
+                    "MBDS_PORT": str(self.port), "PROMETHEUS_PORT": str(free_port_block(1))}
         self.start_timeout = start_timeout
         self.address = f"127.0.0.1:{self.port}"
 

@@ -1,7 +1,7 @@
 """`mbds bench users` — the Britton Lee IDM 500 tests (seeds/000, SPEC §6).
 
-Test 1: throughput as concurrent users grow. Each user is a thread with its
-own Client running scripts of ten single-record retrieves, two thirds on an
+Test 1: throughput as concurrent users grow. Each user is a coroutine with its
+own gRPC channel (users_run.py) running scripts of ten single-record retrieves, two thirds on an
 attribute with a non-clustered index (the file's `indexes`: a B-tree on every
 backend) and one third on a directory attribute (the clustered access path:
 one cluster). Throughput is normalised to the single-user rate, as the IDM's
