@@ -6,7 +6,8 @@ are defined here, the panel and dashboard builders are in grafana.py beside it.
     python dashboards/generate.py --check    # exit 1 if the committed JSON is stale
     python dashboards/generate.py --out DIR  # write somewhere else
 
-Plain Python, no network, no third-party package: small typed builders produce Grafana 11.2 dashboard JSON (schemaVersion 39) with stable ids, grid
+Plain Python, no network, no third-party package: small typed builders
+produce Grafana 11.2 dashboard JSON (schemaVersion 39) with stable ids, grid
 positions and key order, so the output is committed and diffs stay readable.
 Every query goes to the provisioned Prometheus datasource, uid `mbds-prometheus`
 (dashboards/provisioning/datasources/prometheus.yaml). Metric names and labels:
