@@ -32,6 +32,12 @@ def _records(msg: pb.BackendReply) -> int:
     return msg.rows.count if msg.HasField("rows") else msg.group.records
 
 
+def _full(msg: pb.BackendReply) -> bool:
+    """A row batch cut at its size bound: the scan it came from is probably not over."""
+    return msg.HasField("rows") and (msg.rows.count >= recp.BATCH_ROWS
+                                     or len(msg.rows.rows_json) >= recp.BATCH_BYTES)
+
+
 class RecpExecution:
     """Mixed into BackendNode: needs its store, directory, loop, name and timers."""
 
@@ -93,12 +99,22 @@ class RecpExecution:
                         msg = next(batches, None)
                         while msg is not None:
                             n += _records(msg)
+                            more = _full(msg)
                             await self._put(st, msg)
-                            if (msg := next(batches, None)) is not None:
-                                # More to come: let the bus send this one, serve others.
-                                # After the last batch no pause, so `done` and `committed`
-                                # join it in one bus message (a small answer: one message).
+                            if more:
+                                # Probably more to come: let the bus hand this batch to gRPC
+                                # before reading the next, so it is written meanwhile. Two
+                                # turns of the loop: one wakes the bus, the next lets it
+                                # start the write (measured: with one, or with reading
+                                # first, every batch but the first waited for the scan's
+                                # end and left in one message).
                                 await asyncio.sleep(0)
+                                await asyncio.sleep(0)
+                            # A short batch was probably the last one: no pause, so `done`
+                            # and `committed` join it in one bus message (a small answer).
+                            msg = next(batches, None)
+                            if msg is not None and not more:
+                                await asyncio.sleep(0)      # serve other units in between
                     await self._put(st, self._done(i, rp, n, t0))
         finally:
             self.store.checkin_reader(conn)

@@ -45,3 +45,40 @@ class CpuMeter:
     @staticmethod
     def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
         return {k: after[k] - before[k] for k in after}
+
+
+def run_ms(pid: int) -> float | None:
+    """CPU milliseconds every live thread of `pid` has run, to the nanosecond (the
+    scheduler's own count in /proc/<pid>/task/*/schedstat; psutil's is in 10 ms ticks,
+    coarser than a small request). None where the kernel does not keep it."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:
+            continue             # the thread ended between the listing and the read
+        except (OSError, ValueError, IndexError):
+            return None
+    return total / 1e6
+
+
+class BackendCpu:
+    """Each backend's CPU time over one request of `mbds bench paper` (local clusters).
+
+    With a CPU budget per backend, a backend's response time is about its CPU time
+    divided by the budget, but the budget's 10 ms enforcement and the VM add noise to
+    the wall clock that the CPU count does not have: Tables 4 and 5 from CPU time show
+    how the work itself divides over the backends.
+    """
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.pids = [b.popen.pid for b in cluster.backends]
+
+    def read(self) -> list[float] | None:
+        out = [run_ms(p) for p in self.pids]
+        return None if any(x is None for x in out) else out  # type: ignore[return-value]

@@ -27,6 +27,7 @@ from rich.progress import Progress
 from loadgen import paper_report
 from loadgen.common import Counted, free_port_block, run_counted
 from loadgen.compose_cluster import ComposeCluster
+from loadgen.cpu import BackendCpu
 from loadgen.speed import speed_probe_ms
 from mbds import paper as P
 from mbds.client import Client
@@ -70,6 +71,9 @@ class ConfigResult:
     handlers: dict[int, list[dict]] = field(default_factory=dict)      # Table 8 rows
     # request -> runs of (mean, max) over the backends of their own time (RECP et al.)
     backend_ms: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    # request -> runs of (mean, max) over the backends of the CPU ms each spent on it
+    # (local clusters only; empty where the kernel keeps no per-thread count)
+    backend_cpu_ms: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     load_s: float = 0.0
 
     def mean(self, req: int) -> float:
@@ -109,6 +113,7 @@ class Running:
     cluster: LocalCluster | ComposeCluster
     client: Client
     urls: list[str]
+    cpu: BackendCpu | None = None
 
 
 def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: float | None,
@@ -138,7 +143,10 @@ def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: fl
     except BaseException:
         cluster.stop()
         raise
-    return Running(res, cluster, c, urls)
+    cpu = None if compose else BackendCpu(cluster)   # type: ignore[arg-type]
+    if cpu is not None and cpu.read() is None:
+        cpu = None
+    return Running(res, cluster, c, urls, cpu)
 
 
 def measure(running: list[Running], *, scale: int, runs: int, requests: list[int],
@@ -157,16 +165,24 @@ def measure(running: list[Running], *, scale: int, runs: int, requests: list[int
         before = {id(r): scrape(r.urls) for r in running if r.urls and n in table8}
         times: dict[int, list[float]] = {id(r): [] for r in running}
         own: dict[int, list[tuple[float, float]]] = {id(r): [] for r in running}
+        cpu: dict[int, list[tuple[float, float]]] = {id(r): [] for r in running}
         for k in range(runs):
             for r in running[k % len(running):] + running[:k % len(running)]:
+                cpu0 = r.cpu.read() if r.cpu else None
                 ms, got = timed_request(r.client, text)
+                cpu1 = r.cpu.read() if r.cpu else None
                 times[id(r)].append(ms)
                 own[id(r)].append((got.backend_mean_ms, got.backend_ms))
+                if cpu0 is not None and cpu1 is not None:
+                    spent = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+                    cpu[id(r)].append((statistics.fmean(spent), max(spent)))
                 r.result.records[n], r.result.clusters[n] = got.rows, got.clusters
                 progress.advance(task)
         for r in running:
             r.result.times_ms[n] = times[id(r)]
             r.result.backend_ms[n] = own[id(r)]
+            if cpu[id(r)]:
+                r.result.backend_cpu_ms[n] = cpu[id(r)]
             if id(r) in before:
                 r.result.handlers[n] = handler_means(before[id(r)],
                                                      settle(r.urls, scrape(r.urls)), runs)

@@ -78,3 +78,41 @@ def reduction_parts(by: dict[str, ConfigResult], reqs: list[int], ns: list[int])
             "columns": _columns("C", "reduction"),
             "rows": _rows(by, reqs, ns, "C", lambda own, n: own,
                           lambda a, c, n: reduction(a, c))}
+
+
+def _cpu(r: ConfigResult, q: int) -> tuple[float, float]:
+    """Mean over runs of the backends' mean CPU ms on request q, and of the busiest's."""
+    runs = r.backend_cpu_ms[q]
+    return statistics.fmean(m for m, _ in runs), statistics.fmean(x for _, x in runs)
+
+
+def cpu_tables(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict | None:
+    """Tables 4 and 5 from the backends' CPU time instead of the response time.
+
+    A backend's share of a request is its CPU time; with a CPU budget its response
+    time is about that divided by the budget, so 1 - CPU(B_n busiest) / CPU(A) is
+    the improvement the work itself allows, free of the budget's enforcement and
+    of the wall clock's other noise. None when no configuration was measured.
+    """
+    cs = [n for n in ns if f"C{n}.E" in by]
+    names = ["A.E"] + [f"B{n}.E" for n in ns] + [f"C{n}.E" for n in cs]
+    if not all(name in by and all(q in by[name].backend_cpu_ms for q in reqs)
+               for name in names):
+        return None
+    rows = []
+    for q in reqs:
+        _, a = _cpu(by["A.E"], q)
+        row = [str(q), f"{a:.2f}"]
+        for n in ns:
+            mean, busiest = _cpu(by[f"B{n}.E"], q)
+            row += [f"{busiest:.2f}", _fmt(improvement(a, busiest))]
+        for n in cs:
+            _, busiest = _cpu(by[f"C{n}.E"], q)
+            row += [f"{busiest:.2f}", _fmt(reduction(a, busiest))]
+        rows.append(row)
+    return {"title": "Tables 4 and 5 from the backends' CPU time (means over runs of the "
+                     "busiest backend's CPU ms on the request)",
+            "columns": ["request", "A.E CPU (ms)"]
+            + [x for n in ns for x in (f"B{n}.E CPU (ms)", f"improvement 1→{n}")]
+            + [x for n in cs for x in (f"C{n}.E CPU (ms)", f"reduction 1→{n}")],
+            "rows": rows}

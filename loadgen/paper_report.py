@@ -89,6 +89,9 @@ def build_tables(meta: dict, results: list[ConfigResult]) -> dict[str, dict]:
         if any(f"C{n}.E" in by for n in ns):
             tables["table5x"] = paper_parts.reduction_parts(
                 by, reqs, [n for n in ns if f"C{n}.E" in by])
+        cpu = paper_parts.cpu_tables(by, reqs, ns)
+        if cpu is not None:
+            tables["table45cpu"] = cpu
     if "A.I" in by:
         tables["table6"] = mean_sd(["A.I"] + [f"B{n}.I" for n in ns],
                                    "Table 6. Response time with internal timing, mean ± sd")
@@ -202,18 +205,21 @@ def write(out: Path, meta: dict, results: list[ConfigResult], console: Console) 
         w = csv.writer(f)
         w.writerow(["config", "backends", "multi", "internal_timing", "request", "run",
                     "response_ms", "records", "clusters_examined", "recp_mean_ms",
-                    "recp_slowest_ms"])
+                    "recp_slowest_ms", "cpu_mean_ms", "cpu_busiest_ms"])
         for r in results:
             for q, times in r.times_ms.items():
+                cpu = r.backend_cpu_ms.get(q)
                 for k, ms in enumerate(times):
                     own, slowest = r.backend_ms[q][k]
                     w.writerow([r.config.name, r.config.backends, r.config.multi,
                                 r.config.timing, q, k, f"{ms:.3f}", r.records[q],
-                                r.clusters[q], f"{own:.3f}", f"{slowest:.3f}"])
+                                r.clusters[q], f"{own:.3f}", f"{slowest:.3f}",
+                                *((f"{x:.3f}" for x in cpu[k]) if cpu else ("", ""))])
     summary = {"meta": meta, "tables": tables, "results": [
         {"config": r.config.name, "load_s": r.load_s,
          "requests": {q: {"mean_ms": r.mean(q), "sd_ms": r.sd(q), "records": r.records[q],
-                          "clusters_examined": r.clusters[q], "runs_ms": r.times_ms[q]}
+                          "clusters_examined": r.clusters[q], "runs_ms": r.times_ms[q],
+                          "backend_cpu_ms": r.backend_cpu_ms.get(q, [])}
                       for q in r.times_ms},
          "handlers": r.handlers} for r in results]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

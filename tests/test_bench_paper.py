@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import statistics
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
 
+from loadgen.cpu import run_ms
 from loadgen.formulas import improvement, improvement_bound, reduction
 from loadgen.paper_bench import paper
 from mbds import paper as P
@@ -70,3 +73,32 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
         assert 0 < float(row["recp_mean_ms"]) <= float(row["recp_slowest_ms"])
         assert float(row["recp_slowest_ms"]) < float(row["response_ms"])
     assert "Table 4" in (out / "report.md").read_text()
+    if run_ms(os.getpid()) is None:      # the kernel keeps no per-thread CPU count
+        assert "table45cpu" not in summary["tables"]
+        return
+    # Each backend's CPU time per run (busiest ≥ mean > 0), and Tables 4 and 5 from it.
+    for row in rows:
+        assert 0 < float(row["cpu_mean_ms"]) <= float(row["cpu_busiest_ms"])
+
+    def busiest(name: str, q: str) -> float:
+        return statistics.fmean(x for _, x in configs[name]["requests"][q]["backend_cpu_ms"])
+    [row] = [r for r in summary["tables"]["table45cpu"]["rows"] if r[0] == "4"]
+    a, b, c = busiest("A.E", "4"), busiest("B2.E", "4"), busiest("C2.E", "4")
+    assert row == ["4", f"{a:.2f}", f"{b:.2f}", f"{improvement(a, b):.2f}%", f"{c:.2f}",
+                   f"{reduction(a, c):.2f}%"]
+    assert a > busiest("A.E", "1")        # 1,000 records cost more than 2
+
+
+def test_run_ms_counts_a_process_cpu_to_the_millisecond() -> None:
+    """The per-request CPU count (schedstat, ns) sees 50 ms of work; psutil's 10 ms ticks
+    would not resolve a small request's."""
+    before = run_ms(os.getpid())
+    if before is None:
+        assert not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat")
+        return
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.05:
+        pass
+    after = run_ms(os.getpid())
+    assert after is not None and 45 <= after - before < 1000
+    assert run_ms(2 ** 22 + 12345) is None      # no such process
