@@ -134,7 +134,7 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
            f"WHERE rid > ? AND ({where}) ORDER BY rid LIMIT ?)")
     parts: list[str] = []
     size = count = 0
-    last, want = 0, 50         # rids start at 1; a small first page learns the row size
+    last, want = -(1 << 63), 50   # below every rowid; a small first page learns row sizes
     while True:
         want = max(1, min(want, BATCH_ROWS - count))
         chunk, n, top = conn.execute(sql, [*sparams, last, *wparams, want]).fetchone()
