@@ -34,8 +34,7 @@ def _records(msg: pb.BackendReply) -> int:
 
 def _full(msg: pb.BackendReply) -> bool:
     """A row batch cut at its size bound: the scan it came from is probably not over."""
-    return msg.HasField("rows") and (msg.rows.count >= recp.BATCH_ROWS
-                                     or len(msg.rows.rows_json) >= recp.BATCH_BYTES)
+    return msg.HasField("rows") and recp.batch_full(msg.rows.count, len(msg.rows.rows_json))
 
 
 class RecpExecution:

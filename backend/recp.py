@@ -77,6 +77,12 @@ def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
     return ", ".join(exprs), params
 
 
+def batch_full(count: int, size: int) -> bool:
+    """A batch ends at BATCH_ROWS rows or BATCH_BYTES of JSON, whichever comes first,
+    so large records or bodies never push a message past gRPC's size limit."""
+    return count >= BATCH_ROWS or size >= BATCH_BYTES
+
+
 def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],
                      request_index: int, side: int = 0) -> Iterator[pb.BackendReply]:
     """Matching records' target attributes, as JSON row batches (SQLite works on `next`).
@@ -102,9 +108,7 @@ def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],
         parts.append(chunk)
         size += len(chunk)
         count += len(rows)
-        # A batch ends at BATCH_ROWS rows or BATCH_BYTES of JSON, whichever comes first,
-        # so large records or bodies never push a message past gRPC's size limit.
-        if count >= BATCH_ROWS or size >= BATCH_BYTES:
+        if batch_full(count, size):
             yield _batch(parts, count, request_index, side)
             parts, size, count = [], 0, 0
     if count:
@@ -147,7 +151,7 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
         size += len(chunk)
         count += n
         last = top
-        if count >= BATCH_ROWS or size >= BATCH_BYTES:
+        if batch_full(count, size):
             yield _batch(parts, count, request_index, side)
             parts, size, count = [], 0, 0
         if n < want:

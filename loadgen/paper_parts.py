@@ -80,10 +80,9 @@ def reduction_parts(by: dict[str, ConfigResult], reqs: list[int], ns: list[int])
                           lambda a, c, n: reduction(a, c))}
 
 
-def _cpu(r: ConfigResult, q: int) -> tuple[float, float]:
-    """Mean over runs of the backends' mean CPU ms on request q, and of the busiest's."""
-    runs = r.backend_cpu_ms[q]
-    return statistics.fmean(m for m, _ in runs), statistics.fmean(x for _, x in runs)
+def _busiest(r: ConfigResult, q: int) -> float:
+    """Mean over runs of the busiest backend's CPU ms on request q."""
+    return statistics.fmean(x for _, x in r.backend_cpu_ms[q])
 
 
 def cpu_tables(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict | None:
@@ -101,13 +100,13 @@ def cpu_tables(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> d
         return None
     rows = []
     for q in reqs:
-        _, a = _cpu(by["A.E"], q)
+        a = _busiest(by["A.E"], q)
         row = [str(q), f"{a:.2f}"]
         for n in ns:
-            mean, busiest = _cpu(by[f"B{n}.E"], q)
+            busiest = _busiest(by[f"B{n}.E"], q)
             row += [f"{busiest:.2f}", _fmt(improvement(a, busiest))]
         for n in cs:
-            _, busiest = _cpu(by[f"C{n}.E"], q)
+            busiest = _busiest(by[f"C{n}.E"], q)
             row += [f"{busiest:.2f}", _fmt(reduction(a, busiest))]
         rows.append(row)
     return {"title": "Tables 4 and 5 from the backends' CPU time (means over runs of the "
