@@ -86,6 +86,8 @@ class RecpExecution:
         of rows is a short step, and the loop serves other traffic units in between.
         """
         self._recp_request(queued)
+        if st.stored is not None:
+            await st.stored     # a new file's table (or index) exists before it is read
         if not plans:       # a definition: nothing to read, and no transaction to open
             return
         conn = self.store.checkout_reader()

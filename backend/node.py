@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from backend import dm
@@ -61,6 +61,11 @@ class TuState:
     peers_in: asyncio.Event = field(default_factory=asyncio.Event)
     found: dm.DescriptorResults = field(default_factory=dict)
     cancelled: str = ""
+    # The writer's job storing this unit's directory update (tables and indexes of a
+    # definition). Stage 1 must not wait for it (the writer may be holding a prepared
+    # unit whose commit comes later on the bus); a read waits in stage 2, so a
+    # definition is answered only once its tables and indexes exist.
+    stored: asyncio.Future | None = None
     task: asyncio.Task | None = None
     # PP's decision on a prepared write, read by the writer thread.
     decided: threading.Event = field(default_factory=threading.Event)
@@ -126,19 +131,22 @@ class BackendNode(RecpExecution):
         return handle
 
     # ------------------------------------------------------------ directory --
-    async def apply_directory(self, update: pb.DirectoryUpdate) -> None:
+    async def apply_directory(self, update: pb.DirectoryUpdate) -> Future | None:
         """Apply a directory update (from IIG, by bus or out of band) and queue its storing.
 
         Storing is not awaited: the writer thread may be busy with a traffic unit that
         is itself waiting on IIG. The single writer thread runs jobs in order, so these
         rows are stored before any later traffic unit's records that refer to them; a
         backend that crashes before storing them is brought up to date by the
-        controller when it rejoins.
+        controller when it rejoins. Returns the storing job, if any, for a traffic unit
+        that must not finish before it (see `TuState.stored`).
         """
         new = self.directory.apply(update)
         if new.files or new.descriptors or new.clusters:
             fut = self.writer.submit(self.store.persist_directory, new)
             fut.add_done_callback(_log_failure)
+            return fut
+        return None
 
     # ------------------------------------------------------------- stage 1 --
     def on_hello(self, hello: pb.BusHello, bus: BusOut) -> None:
@@ -155,7 +163,8 @@ class BackendNode(RecpExecution):
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
             if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
-                await self._apply_with_locks(tu.directory)
+                stored = await self._apply_with_locks(tu.directory)
+                st.stored = asyncio.wrap_future(stored) if stored else None
             attrs = dm.type_c_attributes(self.directory, tu)
         with self._h("cc.attribute_lock"):
             handle = await self._acquire("attribute", key, {("attr", *a): S for a in attrs})
@@ -186,7 +195,7 @@ class BackendNode(RecpExecution):
         """
         return range(min(tu.predicate_count, len(self.session.peers)))
 
-    async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> None:
+    async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> Future | None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
         # descriptor-id groups (SPEC §4). Stage 1 runs in bus order, so this never waits.
         wants: dict[tuple, str] = {("attr", d.file, d.attr): X
@@ -197,7 +206,7 @@ class BackendNode(RecpExecution):
                 wants[("didgroup", c.file, attr)] = X
         handle = await self._acquire("directory", "directory", wants)
         try:
-            await self.apply_directory(update)
+            return await self.apply_directory(update)
         finally:
             self.cc.release(handle)
 
