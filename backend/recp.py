@@ -43,23 +43,28 @@ class FilePlan:
 Place = Callable[[str, list[Value]], int]
 
 
-def _where(plan: FilePlan) -> tuple[str, list[object]]:
+def _condition(plan: FilePlan) -> tuple[str, list[object]]:
+    """The record condition alone: the OR of the conjunctions' predicates ("1" if none)."""
     params: list[object] = []
     terms = []
     for conj in plan.conjunctions:
         if not conj:
-            terms, params = [], []   # one conjunction with no record condition: every record
-            break
+            return "1", []    # one conjunction with no record condition: every record
         parts = []
         for attr, op, value in conj:
             parts.append(f"{col(attr)} {op} ?")
             params.append(value)
         terms.append("(" + " AND ".join(parts) + ")")
-    where = [] if plan.every_cluster else ["cluster_id IN (SELECT value FROM json_each(?))"]
-    if terms:
-        where.append("(" + " OR ".join(terms) + ")")
-    sql = " AND ".join(where) or "1"
-    return sql, ([] if plan.every_cluster else [json.dumps(plan.clusters)]) + params
+    return ("(" + " OR ".join(terms) + ")" if terms else "1"), params
+
+
+def _where(plan: FilePlan) -> tuple[str, list[object]]:
+    """The condition restricted to the plan's clusters (the CDT's address list)."""
+    cond, params = _condition(plan)
+    if plan.every_cluster:
+        return cond, params
+    return (f"cluster_id IN (SELECT value FROM json_each(?)) AND {cond}",
+            [json.dumps(plan.clusters), *params])
 
 
 def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
@@ -83,6 +88,31 @@ def batch_full(count: int, size: int) -> bool:
     return count >= BATCH_ROWS or size >= BATCH_BYTES
 
 
+class _Batcher:
+    """Joins encoded rows (or pages of rows) into RowBatch replies of bounded size."""
+
+    def __init__(self, request_index: int, side: int) -> None:
+        self.request_index, self.side = request_index, side
+        self.parts: list[str] = []
+        self.size = self.count = 0
+
+    def add(self, chunk: str, rows: int) -> pb.BackendReply | None:
+        """Adds `rows` rows joined in `chunk`; returns the batch if that filled it."""
+        self.parts.append(chunk)
+        self.size += len(chunk)
+        self.count += rows
+        return self.flush() if batch_full(self.count, self.size) else None
+
+    def flush(self) -> pb.BackendReply | None:
+        if not self.count:
+            return None
+        msg = pb.BackendReply(request_index=self.request_index, rows=pb.RowBatch(
+            rows_json=("[" + ",".join(self.parts) + "]").encode(), count=self.count,
+            side=self.side))
+        self.parts, self.size, self.count = [], 0, 0
+        return msg
+
+
 def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],
                      request_index: int, side: int = 0) -> Iterator[pb.BackendReply]:
     """Matching records' target attributes, as JSON row batches (SQLite works on `next`).
@@ -93,77 +123,87 @@ def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],
     if not plan.clusters:
         return
     select, sparams = _select_list(plan, attrs)
-    where, wparams = _where(plan)
+    out = _Batcher(request_index, side)
     if _pageable(plan):
-        yield from _pages(conn, plan, select, sparams, where, wparams, request_index, side)
-        return
+        yield from _pages(conn, plan, select, sparams, out)
+    else:
+        yield from _rows(conn, plan, plan.clusters, select, sparams, out)
+    if (last := out.flush()) is not None:
+        yield last
+
+
+def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select: str,
+          sparams: list[object], out: _Batcher) -> Iterator[pb.BackendReply]:
+    """Rows of `clusters` fetched one by one through the cluster index (a Python string
+    per row): for predicates a non-clustered index answers, and for small clusters."""
+    where, wparams = _where(FilePlan(plan.schema, clusters, plan.conjunctions,
+                                     plan.every_cluster))
     cur = conn.execute(f"SELECT json_array({select}) FROM {table(plan.schema.name)} "
                        f"WHERE {where}", sparams + wparams)
-    parts: list[str] = []
-    size = count = 0
     step = 10     # rows per fetch; adapts to the record size seen so far
     while rows := cur.fetchmany(step):
         chunk = ",".join([r[0] for r in rows])
         step = max(1, min(STEP_ROWS, BATCH_BYTES // 4 // max(1, len(chunk) // len(rows))))
-        parts.append(chunk)
-        size += len(chunk)
-        count += len(rows)
-        if batch_full(count, size):
-            yield _batch(parts, count, request_index, side)
-            parts, size, count = [], 0, 0
-    if count:
-        yield _batch(parts, count, request_index, side)
+        if (msg := out.add(chunk, len(rows))) is not None:
+            yield msg
 
 
 def _pageable(plan: FilePlan) -> bool:
-    """A scan of the whole table in rowid order: every cluster, and no predicate that
-    SQLite could answer from a non-clustered index (it might then sort each page)."""
+    """Pages in rowid order: no predicate that SQLite could answer from a non-clustered
+    index (it might then sort each page)."""
     indexed = set(plan.schema.indexes)
-    return plan.every_cluster and not any(
-        attr in indexed for conj in plan.conjunctions for attr, _, _ in conj)
+    return not any(attr in indexed for conj in plan.conjunctions for attr, _, _ in conj)
+
+
+# A page statement costs Python about what fetching a few dozen rows one by one does:
+# once this many clusters have averaged fewer rows than PAGE_MIN_ROWS, the rest of the
+# clusters are fetched row by row (a type-C attribute can make one cluster per record).
+PAGE_PROBE_CLUSTERS = 16
+PAGE_MIN_ROWS = 32
 
 
 def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[object],
-           where: str, wparams: list[object], request_index: int, side: int
-           ) -> Iterator[pb.BackendReply]:
-    """`retrieve_batches` for a whole-table scan: SQLite joins each page of rows itself
+           out: _Batcher) -> Iterator[pb.BackendReply]:
+    """`retrieve_batches` a page at a time: SQLite joins each page of rows itself
     (`group_concat` over the next rows in rowid order), so Python handles one string
-    per page instead of one per row — a quarter less CPU per row on a large answer.
+    per page instead of one per row. A whole-file scan pages through the table; any
+    other request pages through each of its clusters in turn (the cluster index is
+    ordered by cluster, then rowid, so a page is a range of it and nothing is sorted).
 
     A page is sized from the bytes per row seen so far to fill the batch; one that
     comes out over twice the batch's byte bound is read again at half the rows.
     """
+    cond, cparams = _condition(plan)
+    scope = "" if plan.every_cluster else "cluster_id = ? AND "
     sql = (f"SELECT group_concat(j), count(*), max(rid) FROM (SELECT rid, "
            f"json_array({select}) AS j FROM {table(plan.schema.name)} "
-           f"WHERE rid > ? AND ({where}) ORDER BY rid LIMIT ?)")
-    parts: list[str] = []
-    size = count = 0
-    last, want = -(1 << 63), 50   # below every rowid; a small first page learns row sizes
-    while True:
-        want = max(1, min(want, BATCH_ROWS - count))
-        chunk, n, top = conn.execute(sql, [*sparams, last, *wparams, want]).fetchone()
-        if not n:
-            break
-        if len(chunk) > 2 * BATCH_BYTES and n > 1:
-            want = n // 2      # rows larger than the ones before: read this page again
-            continue
-        parts.append(chunk)
-        size += len(chunk)
-        count += n
-        last = top
-        if batch_full(count, size):
-            yield _batch(parts, count, request_index, side)
-            parts, size, count = [], 0, 0
-        if n < want:
-            break              # the table has no more matching rows
-        want = (BATCH_BYTES - size) // max(1, len(chunk) // n)
-    if count:
-        yield _batch(parts, count, request_index, side)
-
-
-def _batch(parts: list[str], count: int, request_index: int, side: int) -> pb.BackendReply:
-    return pb.BackendReply(request_index=request_index, rows=pb.RowBatch(
-        rows_json=("[" + ",".join(parts) + "]").encode(), count=count, side=side))
+           f"WHERE {scope}rid > ? AND {cond} ORDER BY rid LIMIT ?)")
+    scopes: list[list[object]] = [[]] if plan.every_cluster else [[c] for c in plan.clusters]
+    want, row_bytes, rows = 50, 0, 0   # a small first page learns the row size
+    for k, scope_params in enumerate(scopes):
+        if k >= PAGE_PROBE_CLUSTERS and rows < k * PAGE_MIN_ROWS:
+            yield from _rows(conn, plan, plan.clusters[k:], select, sparams, out)
+            return
+        last = -(1 << 63)                  # below every rowid
+        while True:
+            want = max(1, min(want, BATCH_ROWS - out.count))
+            chunk, n, top = conn.execute(
+                sql, [*sparams, *scope_params, last, *cparams, want]).fetchone()
+            if not n:
+                break
+            if len(chunk) > 2 * BATCH_BYTES and n > 1:
+                want = n // 2      # rows larger than the ones before: read this page again
+                continue
+            rows += n
+            last = top
+            row_bytes = max(1, len(chunk) // n)
+            if (msg := out.add(chunk, n)) is not None:
+                yield msg
+            if n < want:
+                break              # no more matching rows here
+            want = (BATCH_BYTES - out.size) // row_bytes
+        if row_bytes:
+            want = (BATCH_BYTES - out.size) // row_bytes
 
 
 def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: str,

@@ -122,7 +122,9 @@ class LocalCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.check_data_dir()
         try:
-            self.backends = [self.start_backend(i) for i in range(self.n)]
+            self.backends = []
+            for i in range(self.n):   # one by one: a failed start stops those already up
+                self.backends.append(self.start_backend(i))
             self.start_controller()
         except Exception:
             self.stop()

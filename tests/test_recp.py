@@ -47,6 +47,20 @@ def _all(batches: list) -> list:
     return [row for b in batches for row in json.loads(b.rows.rows_json)]
 
 
+def _row_by_row(conn: sqlite3.Connection, plan: FilePlan) -> list:
+    """The reference: every row fetched one by one through the cluster index."""
+    select, sparams = recp._select_list(plan, ["POP", "CITY"])
+    out = recp._Batcher(0, 0)
+    batches = list(recp._rows(conn, plan, plan.clusters, select, sparams, out))
+    return batches + [b for b in [out.flush()] if b is not None]
+
+
+def _statements(conn: sqlite3.Connection) -> list[str]:
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    return seen
+
+
 def test_a_whole_table_scan_pages_in_sqlite_within_the_batch_bounds(monkeypatch) -> None:
     """SQLite joins a whole-table scan's rows a page at a time: the answer is the same rows
     as row by row, in rowid order, and no batch breaks the row or byte bound (a page
@@ -59,8 +73,7 @@ def test_a_whole_table_scan_pages_in_sqlite_within_the_batch_bounds(monkeypatch)
     plan = FilePlan(CENSUS, [1, 2, 3], [[("POP", ">=", 5)]], every_cluster=True)
     assert recp._pageable(plan)
     paged = list(recp.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
-    rowwise = list(recp.retrieve_batches(
-        conn, FilePlan(CENSUS, [1, 2, 3], plan.conjunctions), ["POP", "CITY"], 0))
+    rowwise = _row_by_row(conn, FilePlan(CENSUS, [1, 2, 3], plan.conjunctions))
     expected = [[i, "c" * n] for i, n in enumerate(sizes) if i >= 5]
     assert _all(paged) == expected                 # in rowid order
     assert sorted(_all(rowwise)) == expected       # (cluster by cluster)
@@ -80,4 +93,45 @@ def test_a_scan_that_an_index_could_answer_is_not_paged() -> None:
         if s.name == "CENSUS")
     assert not recp._pageable(FilePlan(indexed, [1], [[("AREA", "<", 5.0)]], True))
     assert recp._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)]], True))
-    assert not recp._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)]], False))
+    assert recp._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)]], False))
+    assert not recp._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)], [("AREA", ">", 1.0)]]))
+
+
+def test_a_cluster_restricted_scan_pages_through_each_cluster(monkeypatch) -> None:
+    """A request over some clusters is read a page at a time per cluster (a range of the
+    cluster index, so nothing is sorted): the same rows as row by row, cluster by
+    cluster in rowid order, every batch within its bounds, one statement per page."""
+    monkeypatch.setattr(recp, "BATCH_ROWS", 40)
+    monkeypatch.setattr(recp, "BATCH_BYTES", 3000)
+    # Four clusters, interleaved in rowid order, rows of 10 and of 2,000 bytes.
+    sizes = [10] * 200 + [2000] * 9 + [10] * 100
+    conn = _census_table([(1 + i % 4, i, "c" * n) for i, n in enumerate(sizes)])
+    plan = FilePlan(CENSUS, [1, 2, 4], [[("POP", ">=", 5)], [("POP", "<", 2)]])
+    assert recp._pageable(plan)
+    statements = _statements(conn)
+    paged = list(recp.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
+    pages = len(statements)
+    expected = [[i, "c" * n] for c in (1, 2, 4) for i, n in enumerate(sizes)
+                if 1 + i % 4 == c and (i >= 5 or i < 2)]
+    assert _all(paged) == expected
+    assert _all(_row_by_row(conn, plan)) == expected
+    for b in paged:
+        assert 0 < b.rows.count == len(json.loads(b.rows.rows_json)) <= 40
+        assert len(b.rows.rows_json) <= 3000 + 2 * 3000 or b.rows.count == 1
+    assert all("group_concat" in s for s in statements[:pages])
+    assert pages < len(expected) / 5               # pages, not rows
+
+
+def test_small_clusters_fall_back_to_row_by_row(monkeypatch) -> None:
+    """With clusters of a record or two (a type-C attribute can make one per record) a
+    statement per cluster would cost more than it saves: after the probe the rest of
+    the clusters are fetched row by row, in one statement, with the same answer."""
+    monkeypatch.setattr(recp, "PAGE_PROBE_CLUSTERS", 4)
+    conn = _census_table([(c, c * 10 + k, "x") for c in range(1, 31) for k in range(2)])
+    plan = FilePlan(CENSUS, list(range(1, 31)), [[("POP", ">=", 0)]])
+    statements = _statements(conn)
+    got = _all(recp.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
+    assert got == [[c * 10 + k, "x"] for c in range(1, 31) for k in range(2)]
+    assert sum("group_concat" in s for s in statements) == 4
+    assert sum("json_each" in s for s in statements) == 1
+

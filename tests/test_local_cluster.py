@@ -1,0 +1,38 @@
+"""LocalCluster, the embedded default's process manager: a failed start leaves nothing."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from mbds.cluster import LocalCluster, ProcessFailed
+
+
+def _processes_using(path: Path) -> list[int]:
+    """Pids whose command line names `path` (the backends' data directories)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(path).encode() in cmdline.read_bytes():
+                pids.append(int(cmdline.parent.name))
+        except OSError:
+            continue          # the process ended meanwhile
+    return pids
+
+
+def test_a_backend_that_fails_to_start_takes_the_started_ones_down(tmp_path: Path) -> None:
+    """Backend b1 cannot serve /metrics (its port is taken): start() fails with a named
+    error, and b0, already running, is stopped too instead of being left behind."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # Controller on port - 2, b0 on port - 1, b1 on port: only b1's is taken.
+        cluster = LocalCluster(tmp_path, 2, metrics_port=port - 2)
+        with pytest.raises(ProcessFailed, match="backend b1"):
+            cluster.start()
+    assert [p.name for p in cluster.backends] == ["backend b0"]
+    assert cluster.backends[0].popen.poll() is not None
+    assert _processes_using(tmp_path) == []
