@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import signal
+import sys
+
 import click
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    # A benchmark owns clusters of child processes and cgroups; SIGTERM (a stopped CI
+    # job, `kill`, `timeout`) becomes an ordinary exit so every `finally` stops them.
+    sys.exit(128 + signum)
 
 
 @click.group()
 def bench() -> None:
     """Benchmarks: the paper's Tables 3–8 and the seed documents' tests."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 from loadgen.paper_bench import paper  # noqa: E402

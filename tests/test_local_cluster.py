@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,4 +40,23 @@ def test_a_backend_that_fails_to_start_takes_the_started_ones_down(tmp_path: Pat
             cluster.start()
     assert [p.name for p in cluster.backends] == ["backend b0"]
     assert cluster.backends[0].popen.poll() is not None
+    assert _processes_using(tmp_path) == []
+
+
+def test_a_benchmark_stopped_by_sigterm_stops_its_clusters(tmp_path: Path) -> None:
+    """`mbds bench` owns clusters of child processes: SIGTERM (a stopped job, `timeout`)
+    ends it like Ctrl-C, so its clusters stop with it instead of running on."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mbds", "bench", "paper", "--backends", "1,2", "--scale", "2",
+         "--runs", "500", "--timing", "off", "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)})   # the clusters' data dirs go here
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:             # wait until every configuration is up and loaded
+        if "B2.E: loaded" in line or time.monotonic() > deadline:
+            break
+    assert _processes_using(tmp_path), "the benchmark's clusters never started"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) != 0
     assert _processes_using(tmp_path) == []
