@@ -24,6 +24,10 @@ from loadgen.paper_bench import paper  # noqa: E402
 
 bench.add_command(paper)
 
+from loadgen.paper_pool import paper_pool  # noqa: E402  (repeated runs, pooled)
+
+bench.add_command(paper_pool)
+
 from loadgen.kv import kv  # noqa: E402  (seed 002: key/value durability and threads)
 from loadgen.tp import tp  # noqa: E402  (seed 001: transactions of random reads)
 from loadgen.users import users  # noqa: E402  (seed 000: IDM tests 1 and 2)

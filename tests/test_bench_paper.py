@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 from loadgen.cpu import run_ms
 from loadgen.formulas import improvement, improvement_bound, reduction
 from loadgen.paper_bench import paper
+from loadgen.paper_pool import paper_pool
 from mbds import paper as P
 
 
@@ -73,6 +75,7 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
         assert 0 < float(row["recp_mean_ms"]) <= float(row["recp_slowest_ms"])
         assert float(row["recp_slowest_ms"]) < float(row["response_ms"])
     assert "Table 4" in (out / "report.md").read_text()
+    _check_pooling(out, summary, tmp_path)
     if run_ms(os.getpid()) is None:      # the kernel keeps no per-thread CPU count
         assert "table45cpu" not in summary["tables"]
         return
@@ -102,3 +105,32 @@ def test_run_ms_counts_a_process_cpu_to_the_millisecond() -> None:
     after = run_ms(os.getpid())
     assert after is not None and 45 <= after - before < 1000
     assert run_ms(2 ** 22 + 12345) is None      # no such process
+
+
+def _check_pooling(out: Path, summary: dict, tmp_path: Path) -> None:
+    """`mbds bench paper-pool`: a folder pooled with a copy of itself has every run twice
+    and the same means, so the same Tables 4 and 5; folders of different commands are
+    refused, naming what differs."""
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    pooled = tmp_path / "pooled"
+    res = CliRunner().invoke(paper_pool, [str(out), str(copy), "--out", str(pooled)])
+    assert res.exit_code == 0, res.output
+    both = json.loads((pooled / "summary.json").read_text())
+    for t in ("table4", "table5", "table45m"):     # runs.csv keeps 3 decimals of a ms
+        for mine, theirs in zip(both["tables"][t]["rows"], summary["tables"][t]["rows"],
+                                strict=True):
+            for x, y in zip(mine, theirs, strict=True):
+                assert x == y or abs(float(x.rstrip("%")) - float(y.rstrip("%"))) < 0.05, t
+    with (out / "runs.csv").open() as f, (pooled / "runs.csv").open() as g:
+        assert len(list(csv.DictReader(g))) == 2 * len(list(csv.DictReader(f)))
+    assert "Pooled: every run of 2 benchmarks" in (pooled / "report.md").read_text()
+    for name in ("improvement.png", "reduction.png", "response_time.png"):
+        assert (pooled / name).stat().st_size > 0
+    meta = json.loads((copy / "meta.json").read_text())
+    meta["scale"] = 7
+    (copy / "meta.json").write_text(json.dumps(meta))
+    res = CliRunner().invoke(paper_pool, [str(out), str(copy), "--out", str(pooled)])
+    assert res.exit_code != 0 and "scale is 7" in res.output
+    res = CliRunner().invoke(paper_pool, [str(tmp_path), "--out", str(pooled)])
+    assert res.exit_code != 0 and "missing meta.json" in res.output
