@@ -117,7 +117,8 @@ class Running:
 
 
 def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: float | None,
-                 workdir: Path, metrics_port: int, compose: bool = False) -> Running:
+                 workdir: Path, metrics_port: int, compose: bool = False,
+                 split_search_from: int = 1) -> Running:
     """Start a fresh cluster for `cfg` and load its database (untimed)."""
     cluster: LocalCluster | ComposeCluster
     if compose:
@@ -126,7 +127,8 @@ def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: fl
     else:
         cluster = LocalCluster(workdir / cfg.name, cfg.backends, internal_timing=cfg.timing,
                                backend_cpus=backend_cpus,
-                               metrics_port=metrics_port if cfg.timing else None, timeout=600)
+                               metrics_port=metrics_port if cfg.timing else None, timeout=600,
+                               split_search_from=split_search_from)
     cluster.start()
     res = ConfigResult(cfg)
     try:
@@ -189,11 +191,12 @@ def measure(running: list[Running], *, scale: int, runs: int, requests: list[int
     progress.remove_task(task)
 
 
-def machine(backend_cpus: float | None, compose: bool) -> dict:
+def machine(backend_cpus: float | None, compose: bool, split_search_from: int = 1) -> dict:
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(),
             "backend_cpus": backend_cpus or (0.5 if compose else None),
-            "mode": "docker-compose" if compose else "local processes"}
+            "mode": "docker-compose" if compose else "local processes",
+            "split_search_from": split_search_from}
 
 
 @click.command()
@@ -215,18 +218,25 @@ def machine(backend_cpus: float | None, compose: bool) -> dict:
 @click.option("--metrics-base", type=int, default=None,
               help="First /metrics port; configuration i uses a block from base + (max n + 1) i. "
                    "Default: a block of ports free on 127.0.0.1 when the run starts.")
+@click.option("--split-search-from", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Split descriptor search over the backends (ids exchanged between them) "
+                   "only for traffic units of at least this many predicates; 1: always, "
+                   "the paper's design. The paper's requests have 2 or 4.")
 @click.option("--compose", is_flag=True,
               help="Run each configuration on docker-compose (images from "
                    "docker/build-images.sh); --backend-cpus is each container's CPU limit.")
 def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str, timing: str,
           table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int | None,
-          compose: bool) -> None:
+          split_search_from: int, compose: bool) -> None:
     """Reproduce the paper's Tables 3–8 with local clusters."""
     try:
         import matplotlib  # noqa: F401 - fail before hours of measuring, not after
     except ImportError:
         raise click.ClickException("mbds bench paper draws plots with matplotlib: "
                                    "pip install 'mbds[bench]'") from None
+    if compose and split_search_from != 1:
+        raise click.ClickException("--split-search-from is for local clusters; with --compose "
+                                   "set MBDS_SPLIT_SEARCH_FROM in the compose environment")
     counts = sorted({int(x) for x in backends.split(",")} | {1})
     timings = [t.strip() == "on" for t in timing.split(",")]
     reqs = [int(x) for x in requests.split(",")]
@@ -245,7 +255,7 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
                 running.append(start_config(
                     cfg, scale=scale, record_bytes=record_bytes, backend_cpus=backend_cpus,
                     workdir=Path(tmp), metrics_port=metrics_base + (max(counts) + 1) * i,
-                    compose=compose))
+                    compose=compose, split_search_from=split_search_from))
                 console.print(f"{cfg.name}: loaded {cfg.records * scale} records in "
                               f"{running[-1].result.load_s:.1f} s")
             measure(running, scale=scale, runs=runs, requests=reqs,
@@ -257,7 +267,7 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
                 r.cluster.stop()
     results = [r.result for r in running]
     meta = {"scale": scale, "record_bytes": record_bytes, "runs": runs, "requests": reqs,
-            "backends": counts, "machine": machine(backend_cpus, compose) | {
+            "backends": counts, "machine": machine(backend_cpus, compose, split_search_from) | {
                 "speed_probe_ms": speed},
             "configs": [asdict(r.config) for r in results]}
     paper_report.write(out, meta, results, console)

@@ -42,9 +42,11 @@ def _check(first: dict, meta: dict, folder: Path) -> None:
         if meta[key] != first[key]:
             raise click.ClickException(f"{folder}: {key} is {meta[key]}, the first folder's "
                                        f"is {first[key]}; only runs of one command pool")
-    if meta["machine"].get("backend_cpus") != first["machine"].get("backend_cpus"):
-        raise click.ClickException(f"{folder}: another CPU budget per backend "
-                                   f"({meta['machine'].get('backend_cpus')})")
+    for key, default in (("backend_cpus", None), ("split_search_from", 1)):
+        mine, theirs = meta["machine"].get(key, default), first["machine"].get(key, default)
+        if mine != theirs:
+            raise click.ClickException(f"{folder}: {key} is {mine}, the first folder's "
+                                       f"is {theirs}")
 
 
 def pool(folders: list[Path]) -> tuple[dict, list[ConfigResult]]:

@@ -142,7 +142,9 @@ def _markdown(meta: dict, tables: dict[str, dict]) -> str:
         f"{meta['record_bytes']}-byte records, {meta['runs']} runs per request, backends "
         f"{meta['backends']}; machine: {m['cpus']} CPUs, {m['platform']}, Python "
         f"{m['python']}, {m['mode']}, CPU budget per backend: "
-        f"{m['backend_cpus'] or 'none (shared)'}."
+        f"{m['backend_cpus'] or 'none (shared)'}"
+        + (f"; descriptor search split only from {m['split_search_from']} predicates up "
+           "(not the paper's design)" if m.get("split_search_from", 1) != 1 else "") + "."
         + (" Speed probe (CPU ms of a fixed 100,000-row SQLite scan to JSON; lower is "
            "faster) before / after measuring: " + _speed(m["speed_probe_ms"])
            if m.get("speed_probe_ms") else ""), "",

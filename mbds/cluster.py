@@ -111,11 +111,15 @@ class LocalCluster:
         if self.in_memory:
             args.append("--in-memory")
         proc = Proc(f"backend b{i}", args)
-        proc.wait_ready(30)
-        if self.backend_cpus:
-            from mbds.cpulimit import apply
-            self.cgroups.append(apply(proc.popen.pid, self.backend_cpus,
-                                      f"{self.data_dir.name}-b{i}"))
+        try:
+            proc.wait_ready(30)
+            if self.backend_cpus:
+                from mbds.cpulimit import apply
+                self.cgroups.append(apply(proc.popen.pid, self.backend_cpus,
+                                          f"{self.data_dir.name}-b{i}"))
+        except BaseException:   # not started, or interrupted (SIGTERM, Ctrl-C): stop it
+            proc.stop()
+            raise
         return proc
 
     def start(self) -> str:
@@ -126,7 +130,7 @@ class LocalCluster:
             for i in range(self.n):   # one by one: a failed start stops those already up
                 self.backends.append(self.start_backend(i))
             self.start_controller()
-        except Exception:
+        except BaseException:     # a failed start, or SIGTERM / Ctrl-C while starting
             self.stop()
             raise
         return self.address

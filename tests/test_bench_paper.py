@@ -68,6 +68,8 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
     t8 = summary["tables"]["table8"]["rows"]
     assert {row[2] for row in t8} >= {"REQP", "PP", "DM", "CC", "RECP"}
     assert {row[4] for row in t8 if row[0] == "B2.I"} >= {"b0", "b1"}
+    # The paper's split descriptor search: the backends exchange descriptor ids.
+    assert any(row[3] == "descriptor_ids" for row in t8 if row[0] == "B2.I")
     with (out / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 5 * 3 * 2
@@ -134,3 +136,23 @@ def _check_pooling(out: Path, summary: dict, tmp_path: Path) -> None:
     assert res.exit_code != 0 and "scale is 7" in res.output
     res = CliRunner().invoke(paper_pool, [str(tmp_path), "--out", str(pooled)])
     assert res.exit_code != 0 and "missing meta.json" in res.output
+
+
+def test_bench_paper_without_the_split_descriptor_search(tmp_path: Path) -> None:
+    """--split-search-from 9: the paper's requests (2 or 4 predicates) are searched whole
+    on every backend, so no backend receives a peer's descriptor ids (Table 8), the
+    answers are the same, and the report says the design differs from the paper's."""
+    out = tmp_path / "res"
+    result = CliRunner().invoke(paper, [
+        "--backends", "2", "--runs", "1", "--requests", "1,7", "--timing", "on",
+        "--table8", "1", "--split-search-from", "9", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    t8 = summary["tables"]["table8"]["rows"]
+    assert {row[4] for row in t8 if row[0] == "B2.I"} >= {"b0", "b1"}
+    assert not any(row[3] == "descriptor_ids" for row in t8)
+    for r in summary["results"]:
+        for q, stats in r["requests"].items():
+            assert stats["records"] == P.REQUESTS[int(q) - 1].expected_records(1, 1)
+    assert summary["meta"]["machine"]["split_search_from"] == 9
+    assert "split only from 9 predicates" in (out / "report.md").read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mbds.cluster import LocalCluster, ProcessFailed
+from mbds.cluster import LocalCluster, Proc, ProcessFailed
 
 
 def _processes_using(path: Path) -> list[int]:
@@ -59,4 +59,23 @@ def test_a_benchmark_stopped_by_sigterm_stops_its_clusters(tmp_path: Path) -> No
     assert _processes_using(tmp_path), "the benchmark's clusters never started"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) != 0
+    assert _processes_using(tmp_path) == []
+
+
+def test_an_interrupted_start_stops_the_backend_being_started(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """SIGTERM or Ctrl-C while a backend is starting (here: just as b1 reports ready)
+    interrupts start(); b1, not yet in the cluster's list, is stopped with b0."""
+    original = Proc.wait_ready
+
+    def interrupted(self: Proc, timeout: float) -> str:
+        address = original(self, timeout)
+        if self.name == "backend b1":
+            raise KeyboardInterrupt
+        return address
+
+    monkeypatch.setattr(Proc, "wait_ready", interrupted)
+    cluster = LocalCluster(tmp_path, 2)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.start()
     assert _processes_using(tmp_path) == []
