@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from backend.store import col, table
 from mbds.proto import mbds_pb2 as pb
@@ -136,8 +136,7 @@ def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select:
           sparams: list[object], out: _Batcher) -> Iterator[pb.BackendReply]:
     """Rows of `clusters` fetched one by one through the cluster index (a Python string
     per row): for predicates a non-clustered index answers, and for small clusters."""
-    where, wparams = _where(FilePlan(plan.schema, clusters, plan.conjunctions,
-                                     plan.every_cluster))
+    where, wparams = _where(replace(plan, clusters=clusters))
     cur = conn.execute(f"SELECT json_array({select}) FROM {table(plan.schema.name)} "
                        f"WHERE {where}", sparams + wparams)
     step = 10     # rows per fetch; adapts to the record size seen so far
@@ -199,11 +198,10 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
             row_bytes = max(1, len(chunk) // n)
             if (msg := out.add(chunk, n)) is not None:
                 yield msg
-            if n < want:
-                break              # no more matching rows here
-            want = (BATCH_BYTES - out.size) // row_bytes
-        if row_bytes:
-            want = (BATCH_BYTES - out.size) // row_bytes
+            exhausted = n < want   # no more matching rows here
+            want = (BATCH_BYTES - out.size) // row_bytes    # the next page fills the batch
+            if exhausted:
+                break
 
 
 def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: str,

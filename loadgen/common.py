@@ -39,6 +39,12 @@ def int_list(text: str) -> list[int]:
         raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
 
 
+split_search_option = click.option(
+    "--split-search-from", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Split descriptor search over the backends for traffic units with at least this "
+         "many predicates (1: always, the paper's).")
+
+
 def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options every seed benchmark shares (cluster shape, seed, output)."""
     opts = [
@@ -46,10 +52,7 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Backends in the local cluster started for the run."),
         click.option("--backend-cpus", type=float, default=None,
                      help="CPU budget of each backend (cgroup; needs root). Default: none."),
-        click.option("--split-search-from", type=click.IntRange(min=1), default=1,
-                     show_default=True,
-                     help="Split descriptor search over the backends for traffic units "
-                          "with at least this many predicates (1: always, the paper's)."),
+        split_search_option,
         click.option("--internal-timing", type=click.Choice(["on", "off"]), default="off",
                      show_default=True, help="Per-handler timing in the servers."),
         click.option("--seed", type=int, default=1, show_default=True,

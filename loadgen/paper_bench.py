@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from loadgen import paper_report
-from loadgen.common import Counted, free_port_block, run_counted
+from loadgen.common import Counted, free_port_block, run_counted, split_search_option
 from loadgen.compose_cluster import ComposeCluster
 from loadgen.cpu import BackendCpu
 from loadgen.speed import speed_probe_ms
@@ -218,10 +218,7 @@ def machine(backend_cpus: float | None, compose: bool, split_search_from: int = 
 @click.option("--metrics-base", type=int, default=None,
               help="First /metrics port; configuration i uses a block from base + (max n + 1) i. "
                    "Default: a block of ports free on 127.0.0.1 when the run starts.")
-@click.option("--split-search-from", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Split descriptor search over the backends (ids exchanged between them) "
-                   "only for traffic units of at least this many predicates; 1: always, "
-                   "the paper's design. The paper's requests have 2 or 4.")
+@split_search_option
 @click.option("--compose", is_flag=True,
               help="Run each configuration on docker-compose (images from "
                    "docker/build-images.sh); --backend-cpus is each container's CPU limit.")
