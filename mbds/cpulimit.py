@@ -22,8 +22,14 @@ class CpuLimitUnavailable(RuntimeError):
 
 
 def apply(pid: int, cpus: float, name: str) -> Path:
-    """Put `pid` in its own cgroup limited to `cpus` CPUs; returns the cgroup folder."""
+    """Put `pid` in its own cgroup limited to `cpus` CPUs; returns the cgroup folder.
+
+    The group is named after the process too: two clusters whose data folders share a
+    name (two benchmarks at once, or several one-backend clusters side by side) would
+    otherwise put their backends in one group and split one budget between them.
+    """
     quota = max(1000, int(cpus * PERIOD_US))
+    name = f"{name}-{pid}"
     try:
         if (V2_ROOT / "cgroup.controllers").exists():
             group = V2_ROOT / f"mbds-{name}"

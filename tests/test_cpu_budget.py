@@ -22,3 +22,19 @@ def test_each_backend_runs_under_its_budget_and_the_cgroup_goes_away(tmp_path: P
     finally:
         c.stop()
     assert not any(g.exists() for g in c.cgroups)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroup CPU budgets need root")
+def test_clusters_whose_folders_share_a_name_get_a_budget_each(tmp_path: Path) -> None:
+    """Two one-backend clusters in folders both named "A": each backend its own group."""
+    clusters = [LocalCluster(tmp_path / d / "A", 1, backend_cpus=0.3) for d in ("x", "y")]
+    try:
+        for c in clusters:
+            c.start()
+        groups = [c.cgroups[0] for c in clusters]
+        assert groups[0] != groups[1]
+        for c, group in zip(clusters, groups, strict=True):
+            assert (group / "cgroup.procs").read_text().split() == [str(c.backends[0].popen.pid)]
+    finally:
+        for c in clusters:
+            c.stop()
