@@ -28,6 +28,7 @@ from loadgen import paper_report
 from loadgen.common import Counted, free_port_block, run_counted, split_search_option
 from loadgen.compose_cluster import ComposeCluster
 from loadgen.cpu import BackendCpu
+from loadgen.paper_control import Together, start_together
 from loadgen.speed import speed_probe_ms
 from mbds import paper as P
 from mbds.client import Client
@@ -39,8 +40,8 @@ console = Console()
 
 @dataclass
 class Config:
-    name: str          # e.g. "A.E", "B4.I"
-    kind: str          # A | B | C
+    name: str          # e.g. "A.E", "B4.I", "Ax4.E"
+    kind: str          # A | B | C | X (A×n, the control: n one-backend clusters)
     backends: int
     multi: int
     timing: bool
@@ -50,7 +51,8 @@ class Config:
         return 1000 * self.multi       # times the scale factor
 
 
-def configurations(backends: list[int], timings: list[bool]) -> list[Config]:
+def configurations(backends: list[int], timings: list[bool], control: bool = False
+                   ) -> list[Config]:
     out = []
     for timing in timings:
         tag = "I" if timing else "E"
@@ -59,6 +61,8 @@ def configurations(backends: list[int], timings: list[bool]) -> list[Config]:
             out.append(Config(f"B{n}.{tag}", "B", n, 1, timing))
             if not timing:    # like the paper, C is measured without internal timing
                 out.append(Config(f"C{n}.{tag}", "C", n, n, timing))
+            if control and not timing:    # multi 1: each of its n clusters holds A's records
+                out.append(Config(f"Ax{n}.{tag}", "X", n, 1, timing))
     return out
 
 
@@ -87,8 +91,10 @@ class ConfigResult:
         return statistics.stdev(runs) if len(runs) > 1 else 0.0
 
 
-def timed_request(client: Client, text: str) -> tuple[float, Counted]:
+def timed_request(client: Client | Together, text: str) -> tuple[float, Counted]:
     """(response time ms, what came back) of one request."""
+    if isinstance(client, Together):
+        return client.timed(text)
     t0 = time.perf_counter()
     counted = run_counted(client, text)
     return (time.perf_counter() - t0) * 1000, counted
@@ -110,8 +116,8 @@ def handler_means(before: Scrape, after: Scrape, runs: int) -> list[dict]:
 class Running:
     """One configuration's cluster, up and loaded, with its client."""
     result: ConfigResult
-    cluster: LocalCluster | ComposeCluster
-    client: Client
+    cluster: LocalCluster | ComposeCluster | Together
+    client: Client | Together
     urls: list[str]
     cpu: BackendCpu | None = None
 
@@ -120,6 +126,12 @@ def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: fl
                  workdir: Path, metrics_port: int, compose: bool = False,
                  split_search_from: int = 1) -> Running:
     """Start a fresh cluster for `cfg` and load its database (untimed)."""
+    if cfg.kind == "X":
+        together, load_s = start_together(cfg, scale=scale, record_bytes=record_bytes,
+                                          backend_cpus=backend_cpus, workdir=workdir)
+        cpu = BackendCpu(together)   # type: ignore[arg-type]
+        return Running(ConfigResult(cfg, load_s=load_s), together, together, [],
+                       None if cpu.read() is None else cpu)
     cluster: LocalCluster | ComposeCluster
     if compose:
         cluster = ComposeCluster(cfg.backends, internal_timing=cfg.timing,
@@ -219,12 +231,16 @@ def machine(backend_cpus: float | None, compose: bool, split_search_from: int = 
               help="First /metrics port; configuration i uses a block from base + (max n + 1) i. "
                    "Default: a block of ports free on 127.0.0.1 when the run starts.")
 @split_search_option
+@click.option("--control", is_flag=True,
+              help="Also run A×n for each n > 1: n one-backend clusters (A's records and "
+                   "budget each) asked at once, timed to the slowest answer. C_n against it "
+                   "is what MBDS adds; A×n against A what the machine adds.")
 @click.option("--compose", is_flag=True,
               help="Run each configuration on docker-compose (images from "
                    "docker/build-images.sh); --backend-cpus is each container's CPU limit.")
 def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str, timing: str,
           table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int | None,
-          split_search_from: int, compose: bool) -> None:
+          split_search_from: int, control: bool, compose: bool) -> None:
     """Reproduce the paper's Tables 3–8 with local clusters."""
     try:
         import matplotlib  # noqa: F401 - fail before hours of measuring, not after
@@ -234,26 +250,33 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
     if compose and split_search_from != 1:
         raise click.ClickException("--split-search-from is for local clusters; with --compose "
                                    "set MBDS_SPLIT_SEARCH_FROM in the compose environment")
+    if compose and control:
+        raise click.ClickException("--control runs local clusters only; drop --compose")
+    if control and "off" not in timing:
+        raise click.ClickException("--control needs --timing off (A×n is measured without "
+                                   "internal timing, as A.E and C_n.E are)")
     counts = sorted({int(x) for x in backends.split(",")} | {1})
     timings = [t.strip() == "on" for t in timing.split(",")]
     reqs = [int(x) for x in requests.split(",")]
     out = out or Path("results") / time.strftime("paper-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     running: list[Running] = []
+    configs = configurations(counts, timings, control)
     if metrics_base is None:
-        metrics_base = free_port_block((max(counts) + 1) * len(configurations(counts, timings)))
+        metrics_base = free_port_block((max(counts) + 1) * len(configs))
     speed = {"before": speed_probe_ms()}
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp, Progress(
             console=console, transient=True) as progress:
         try:
             # Every configuration's cluster is up at once (idle ones cost no CPU), so
             # their runs can be interleaved; each has its own ports and files.
-            for i, cfg in enumerate(configurations(counts, timings)):
+            for i, cfg in enumerate(configs):
                 running.append(start_config(
                     cfg, scale=scale, record_bytes=record_bytes, backend_cpus=backend_cpus,
                     workdir=Path(tmp), metrics_port=metrics_base + (max(counts) + 1) * i,
                     compose=compose, split_search_from=split_search_from))
-                console.print(f"{cfg.name}: loaded {cfg.records * scale} records in "
+                each = f"{cfg.backends} × " if cfg.kind == "X" else ""
+                console.print(f"{cfg.name}: loaded {each}{cfg.records * scale} records in "
                               f"{running[-1].result.load_s:.1f} s")
             measure(running, scale=scale, runs=runs, requests=reqs,
                     table8=[int(x) for x in table8.split(",") if x], progress=progress)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from loadgen import paper_parts
+from loadgen import paper_control, paper_parts
 from loadgen.formulas import (
     PAPER_IMPROVEMENT,
     PAPER_REDUCTION,
@@ -92,6 +92,9 @@ def build_tables(meta: dict, results: list[ConfigResult]) -> dict[str, dict]:
         cpu = paper_parts.cpu_tables(by, reqs, ns)
         if cpu is not None:
             tables["table45cpu"] = cpu
+        control = paper_control.control_table(by, reqs, ns)
+        if control is not None:
+            tables["table5control"] = control
     if "A.I" in by:
         tables["table6"] = mean_sd(["A.I"] + [f"B{n}.I" for n in ns],
                                    "Table 6. Response time with internal timing, mean ± sd")

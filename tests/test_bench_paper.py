@@ -156,3 +156,42 @@ def test_bench_paper_without_the_split_descriptor_search(tmp_path: Path) -> None
             assert stats["records"] == P.REQUESTS[int(q) - 1].expected_records(1, 1)
     assert summary["meta"]["machine"]["split_search_from"] == 9
     assert "split only from 9 predicates" in (out / "report.md").read_text()
+
+
+def test_bench_paper_control_runs_n_one_backend_clusters_at_once(tmp_path: Path) -> None:
+    """--control adds Ax2.E: two one-backend clusters with A's records each, asked at once,
+    timed to the slower answer; the control table splits C2's reduction into the machine's
+    part (Ax2 against A) and MBDS's (C2 against Ax2), and the parts add up."""
+    out = tmp_path / "res"
+    result = CliRunner().invoke(paper, [
+        "--backends", "2", "--runs", "2", "--requests", "1,4", "--timing", "off",
+        "--control", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    configs = {r["config"]: r for r in summary["results"]}
+    assert set(configs) == {"A.E", "B2.E", "C2.E", "Ax2.E"}
+    for q in ("1", "4"):     # two clusters' answers counted as one: C2's records
+        x, c = configs["Ax2.E"]["requests"][q], configs["C2.E"]["requests"][q]
+        assert x["records"] == c["records"] == P.REQUESTS[int(q) - 1].expected_records(1, 2)
+        assert len(x["runs_ms"]) == 2 and all(ms > 0 for ms in x["runs_ms"])
+    [row] = [r for r in summary["tables"]["table5control"]["rows"] if r[0] == "4"]
+    a, x, c = (configs[k]["requests"]["4"]["mean_ms"] for k in ("A.E", "Ax2.E", "C2.E"))
+    assert row[2:5] == [f"{a:.2f}", f"{x:.2f}", f"{c:.2f}"]
+    red, machine, mbds = (float(v.rstrip("%")) for v in row[5:8])
+    assert red == round(reduction(a, c), 2) and machine == round(reduction(a, x), 2)
+    assert abs(machine + mbds - red) < 0.02
+    assert "against the machine" in (out / "report.md").read_text()
+    if run_ms(os.getpid()) is not None:   # each of the two clusters' backends is counted
+        with (out / "runs.csv").open() as f:
+            rows = [r for r in csv.DictReader(f) if r["config"] == "Ax2.E"]
+        assert rows and all(0 < float(r["cpu_mean_ms"]) <= float(r["cpu_busiest_ms"])
+                            for r in rows)
+    # A folder with the control does not pool with one without it.
+    plain = tmp_path / "plain"
+    shutil.copytree(out, plain)
+    meta = json.loads((plain / "meta.json").read_text())
+    meta["configs"] = [c for c in meta["configs"] if c["kind"] != "X"]
+    (plain / "meta.json").write_text(json.dumps(meta))
+    result = CliRunner().invoke(paper_pool, [str(out), str(plain), "--out",
+                                             str(tmp_path / "p")])
+    assert result.exit_code != 0 and "configurations" in result.output
