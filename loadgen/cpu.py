@@ -4,7 +4,9 @@ On a machine that runs the whole system, throughput with many users is the
 cores divided by the CPU one request costs (C), and one user's rate is 1 / L
 (L its response time), so the gain from users is at most cores × L / C. The
 users benchmark measures C per run with this, so that ceiling is a figure in
-every result instead of an argument in the docs.
+every result instead of an argument in the docs. With a CPU budget per backend
+the backends may saturate first: then the bound is their CPU per request over
+their summed budget.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class CpuMeter:
                       if cluster.controller else [],
                       "backends": [psutil.Process(b.popen.pid) for b in cluster.backends]}
         self.cores = len(os.sched_getaffinity(0))
+        # The backends' summed CPU budget (None: they share the cores with the rest).
+        self.backend_budget = (cluster.backend_cpus * len(cluster.backends)
+                               if cluster.backend_cpus else None)
 
     def read(self) -> dict[str, float]:
         return {k: sum(_seconds(p) for p in ps) for k, ps in self.procs.items()}
@@ -82,3 +87,16 @@ class BackendCpu:
     def read(self) -> list[float] | None:
         out = [run_ms(p) for p in self.pids]
         return None if any(x is None for x in out) else out  # type: ignore[return-value]
+
+
+def ceiling(one_user_ms: float, cpu_ms: float, backends_cpu_ms: float, cores: int,
+            backend_budget: float | None = None) -> float:
+    """The most throughput can grow over one user's: one user's ms per request over the
+    fewest ms per request a saturated system can manage — the cores' (all the CPU a
+    request costs, spread over the cores) or, when the backends have a CPU budget and
+    run out of it first, the backends' (their CPU per request over their summed budget).
+    """
+    saturated_ms = cpu_ms / cores
+    if backend_budget:
+        saturated_ms = max(saturated_ms, backends_cpu_ms / backend_budget)
+    return one_user_ms / saturated_ms

@@ -40,7 +40,7 @@ from loadgen.common import (
     write_json,
     write_summary,
 )
-from loadgen.cpu import CpuMeter
+from loadgen.cpu import CpuMeter, ceiling
 from loadgen.hist import Hist
 from loadgen.users_run import run_users
 from mbds.client import Client, ClientError
@@ -162,9 +162,11 @@ def test1(address: str, users_list: list[int], n: int, per_user: int, repeats: i
             r.update(s_per_user="", scripts_per_s="", requests_per_s="", normalised="",
                      idm_thruput="", ceiling="")
             continue
-        # The most users can gain on these cores: cores × L (one user's time per request)
-        # over C (the CPU a request costs at this load; batching makes C fall with load).
-        r["ceiling"] = meter.cores * (1000 / one["requests_per_s"]) / r["cpu_ms_per_req"]
+        # The most users can gain: L (one user's time per request) over the time per
+        # request of a saturated system (C, the CPU a request costs at this load, over
+        # the cores — batching makes C fall with load — or the backends' budget).
+        r["ceiling"] = ceiling(1000 / one["requests_per_s"], r["cpu_ms_per_req"],
+                               r["backends_cpu_ms"], meter.cores, meter.backend_budget)
         r["normalised"] = r["scripts_per_s"] / base
         r["idm_thruput"] = IDM_THRUPUT.get(r["users"], "")
     return summary, raw
@@ -272,8 +274,10 @@ def users(test: str, users_list: str, records: int, per_user: int, repeats: int,
                  "normalised = scripts/s divided by the single-user scripts/s.",
                  "cpu_ms_per_req: CPU of the harness, the controller and the backends per "
                  "request (each part in the CSV); cores_busy: that CPU over the time; "
-                 "ceiling = cores x one user's ms per request / cpu_ms_per_req: the most "
-                 "throughput can grow over one user's on these cores."]
+                 "ceiling = one user's ms per request / (cpu_ms_per_req / cores): the "
+                 "most throughput can grow over one user's on these cores; with a CPU "
+                 "budget per backend, the divisor is at least backends_cpu_ms / the "
+                 "backends' summed budget."]
         title = "IDM Test 1: simple retrieves, varying the number of users"
     else:
         cols = ["records", "clustered_ms", "clustered_backend_ms", "clustered_clusters",

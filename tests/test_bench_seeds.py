@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from loadgen import kv as kv_mod
 from loadgen import tp as tp_mod
 from loadgen import users as users_mod
+from loadgen.cpu import ceiling
 from loadgen.hist import Hist
 
 
@@ -164,3 +165,12 @@ def test_kv_durability_and_threads(tmp_path: Path) -> None:
     assert len(rows(out / "table.csv")) == 4 * 2
     assert data["durability"]["memory"]["in_memory"] is True
     assert data["durability"]["full"]["synchronous"] == "FULL"
+
+
+def test_users_ceiling_is_bound_by_the_backends_budget_when_it_binds() -> None:
+    """2 cores, a request costing 4 ms of CPU of which 1 ms in the backends, one user at
+    5 ms per request: the cores allow 2.5×; a 0.5-CPU budget for the backends allows
+    5 / (1 / 0.5) = 2.5× too, and a 0.25-CPU one only 1.25×."""
+    assert ceiling(5.0, 4.0, 1.0, 2) == 2.5
+    assert ceiling(5.0, 4.0, 1.0, 2, backend_budget=0.5) == 2.5
+    assert ceiling(5.0, 4.0, 1.0, 2, backend_budget=0.25) == 1.25
