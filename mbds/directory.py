@@ -233,5 +233,7 @@ class Directory:
             candidates |= self.by_did.get(did, set())
         candidates &= clusters
         rest = [(positions[a], dids) for a, dids in order[1:]]
+        if not rest:        # one restricted attribute (e.g. FILE alone): nothing to filter
+            return candidates
         return {cid for cid in candidates
                 if all(self.clusters[cid][1][pos] in dids for pos, dids in rest)}
