@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 LISTENING = re.compile(r"listening on (\S+)")
@@ -22,6 +24,32 @@ LISTENING = re.compile(r"listening on (\S+)")
 
 class ProcessFailed(RuntimeError):
     pass
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT wait until the block ends, then take effect.
+
+    A handler that raises (`mbds bench` turns SIGTERM into SystemExit, Ctrl-C is
+    KeyboardInterrupt) can fire between a child's fork and the line that records it,
+    and the child would run on with nobody to stop it. Only the main thread can
+    install handlers; elsewhere the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {s: h for s, h in old.items() if h is not None}   # None: not set from Python
+    for s in old:
+        signal.signal(s, lambda n, _f: held.append(n))
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if held:
+            signal.raise_signal(held[0])
 
 
 class Proc:
@@ -110,15 +138,18 @@ class LocalCluster:
             args += ["--metrics-port", str(self.metrics_port + 1 + i)]
         if self.in_memory:
             args.append("--in-memory")
-        proc = Proc(f"backend b{i}", args)
+        proc: Proc | None = None
         try:
+            with signals_held():      # the child is recorded before SIGTERM can unwind
+                proc = Proc(f"backend b{i}", args)
             proc.wait_ready(30)
             if self.backend_cpus:
                 from mbds.cpulimit import apply
                 self.cgroups.append(apply(proc.popen.pid, self.backend_cpus,
                                           f"{self.data_dir.name}-b{i}"))
         except BaseException:   # not started, or interrupted (SIGTERM, Ctrl-C): stop it
-            proc.stop()
+            if proc is not None:
+                proc.stop()
             raise
         return proc
 
@@ -143,7 +174,8 @@ class LocalCluster:
                 "--split-search-from", str(self.split_search_from)]
         if self.metrics_port is not None:
             args += ["--metrics-port", str(self.metrics_port)]
-        self.controller = Proc("controller", args)
+        with signals_held():          # start() stops it if a signal comes after this
+            self.controller = Proc("controller", args)
         self.address = self.controller.wait_ready(60)
 
     def restart_backend(self, i: int) -> None:

@@ -79,3 +79,31 @@ def test_an_interrupted_start_stops_the_backend_being_started(tmp_path: Path,
     with pytest.raises(KeyboardInterrupt):
         cluster.start()
     assert _processes_using(tmp_path) == []
+
+
+def test_a_signal_right_after_a_backend_is_spawned_does_not_leave_it_running(
+        tmp_path: Path, monkeypatch) -> None:
+    """SIGTERM (which `mbds bench` turns into SystemExit) arriving just after a backend's
+    fork, before the cluster has recorded it, waits until it is recorded: the start
+    unwinds and the backend is stopped with the rest."""
+    original = Proc.__init__
+    sent = []
+
+    def spawn_then_signal(self, *args, **kwargs) -> None:   # noqa: ANN001
+        original(self, *args, **kwargs)
+        if self.name == "backend b1" and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)    # before start_backend gets `self`
+
+    def exit_on_sigterm(signum: int, _frame: object) -> None:
+        sys.exit(128 + signum)
+
+    monkeypatch.setattr(Proc, "__init__", spawn_then_signal)
+    previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
+    try:
+        cluster = LocalCluster(tmp_path, 2)
+        with pytest.raises(SystemExit):
+            cluster.start()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert sent and _processes_using(tmp_path) == []
