@@ -146,9 +146,7 @@ def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: fl
     try:
         c = Client(cluster.address, timeout=600)
         t0 = time.perf_counter()
-        c.define(P.definition_yaml(scale))
-        for _ in c.load(P.FILE, P.ATTRIBUTES, P.records(scale, cfg.multi, record_bytes)):
-            pass
+        P.load(c, scale, cfg.multi, record_bytes)
         res.load_s = time.perf_counter() - t0
         urls: list[str] = []
         if cfg.timing:

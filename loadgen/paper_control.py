@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from loadgen.common import Counted, run_counted
 from loadgen.formulas import reduction
+from loadgen.paper_parts import busiest
 from mbds import paper as P
 from mbds.client import Client
 from mbds.cluster import LocalCluster, Proc
@@ -78,9 +79,7 @@ def start_together(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: 
             cluster.start()
             client = Client(cluster.address, timeout=600)
             t.clients.append(client)
-            client.define(P.definition_yaml(scale))
-            for _ in client.load(P.FILE, P.ATTRIBUTES, P.records(scale, 1, record_bytes)):
-                pass
+            P.load(client, scale, 1, record_bytes)
         # One thread per cluster: all n requests leave at once, as C_n's broadcast does.
         t.pool = ThreadPoolExecutor(cfg.backends, thread_name_prefix="together")
         return t, time.perf_counter() - t0
@@ -88,11 +87,6 @@ def start_together(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: 
         t.close()
         t.stop()
         raise
-
-
-def _cpu(r: ConfigResult, q: int) -> float | None:
-    runs = r.backend_cpu_ms.get(q)
-    return statistics.fmean(m for _, m in runs) if runs else None
 
 
 def control_table(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict | None:
@@ -109,9 +103,8 @@ def control_table(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -
                    f"{reduction(a.mean(q), c.mean(q)):.2f}%",
                    f"{reduction(a.mean(q), x.mean(q)):.2f}%",
                    f"{100 * (c.mean(q) - x.mean(q)) / a.mean(q):.2f}%"]
-            cpus = [_cpu(a, q), _cpu(x, q), _cpu(c, q)]
-            if all(v is not None for v in cpus):
-                ca, cx, cc = cpus
+            if all(r.backend_cpu_ms.get(q) for r in (a, x, c)):
+                ca, cx, cc = (busiest(r, q) for r in (a, x, c))
                 row += [f"{ca:.2f}", f"{cx:.2f}", f"{cc:.2f}",
                         f"{100 * (cx - ca) / ca:.2f}%", f"{100 * (cc - cx) / ca:.2f}%"]
             else:

@@ -80,7 +80,7 @@ def reduction_parts(by: dict[str, ConfigResult], reqs: list[int], ns: list[int])
                           lambda a, c, n: reduction(a, c))}
 
 
-def _busiest(r: ConfigResult, q: int) -> float:
+def busiest(r: ConfigResult, q: int) -> float:
     """Mean over runs of the busiest backend's CPU ms on request q."""
     return statistics.fmean(x for _, x in r.backend_cpu_ms[q])
 
@@ -100,14 +100,14 @@ def cpu_tables(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> d
         return None
     rows = []
     for q in reqs:
-        a = _busiest(by["A.E"], q)
+        a = busiest(by["A.E"], q)
         row = [str(q), f"{a:.2f}"]
         for n in ns:
-            busiest = _busiest(by[f"B{n}.E"], q)
-            row += [f"{busiest:.2f}", _fmt(improvement(a, busiest))]
+            b = busiest(by[f"B{n}.E"], q)
+            row += [f"{b:.2f}", _fmt(improvement(a, b))]
         for n in cs:
-            busiest = _busiest(by[f"C{n}.E"], q)
-            row += [f"{busiest:.2f}", _fmt(reduction(a, busiest))]
+            c = busiest(by[f"C{n}.E"], q)
+            row += [f"{c:.2f}", _fmt(reduction(a, c))]
         rows.append(row)
     return {"title": "Tables 4 and 5 from the backends' CPU time (means over runs of the "
                      "busiest backend's CPU ms on the request)",

@@ -42,10 +42,10 @@ def _check(first: dict, meta: dict, folder: Path) -> None:
         if meta[key] != first[key]:
             raise click.ClickException(f"{folder}: {key} is {meta[key]}, the first folder's "
                                        f"is {first[key]}; only runs of one command pool")
-    mine, theirs = ([c["name"] for c in m["configs"]] for m in (meta, first))
-    if mine != theirs:
-        raise click.ClickException(f"{folder}: its configurations are {', '.join(mine)}, the "
-                                   f"first folder's {', '.join(theirs)}")
+    names, first_names = ([c["name"] for c in m["configs"]] for m in (meta, first))
+    if names != first_names:
+        raise click.ClickException(f"{folder}: its configurations are {', '.join(names)}, "
+                                   f"the first folder's {', '.join(first_names)}")
     for key, default in (("backend_cpus", None), ("split_search_from", 1)):
         mine, theirs = meta["machine"].get(key, default), first["machine"].get(key, default)
         if mine != theirs:

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mbds.client import Client
 
 FILE = "PAPER"
 STR_ATTRS = [f"STR{i:02d}" for i in range(30)]
@@ -46,6 +50,13 @@ def records(scale: int = 1, multi: int = 1, record_bytes: int = 200
         name = multi_name(m)
         for i in range(1, 1000 * scale + 1):
             yield [i, i, name, *([pad] * 30)], None
+
+
+def load(client: Client, scale: int = 1, multi: int = 1, record_bytes: int = 200) -> None:
+    """Define the file and load its records through `client` (the benchmarks' set-up)."""
+    client.define(definition_yaml(scale))
+    for _ in client.load(FILE, ATTRIBUTES, records(scale, multi, record_bytes)):
+        pass
 
 
 @dataclass(frozen=True)
