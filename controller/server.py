@@ -10,7 +10,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from controller.abdl import AbdlSyntaxError
 from controller.coordinator import Coordinator
-from mbds import metrics
+from controller.session import Sessions, failure
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -21,19 +21,17 @@ log = logging.getLogger("mbds.controller")
 
 
 async def _fail(context, e: Exception) -> None:  # noqa: ANN001
-    # One count per failed call, by kind: AbdlSyntaxError, SemanticError, BackendUnavailable...
-    metrics.REQUEST_ERRORS.labels(type(e).__name__).inc()
-    if isinstance(e, AbdlSyntaxError):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"syntax error: {e}")
-    if isinstance(e, MbdsError):
-        await context.abort(e.code, str(e))
-    log.exception("internal error")
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {e!r}")
+    await context.abort(*failure(e))
 
 
 class ControllerServicer(rpc.ControllerServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.c = coordinator
+        self.sessions = Sessions(coordinator)
+
+    async def Session(self, request_iterator, context):  # noqa: ANN001, ANN201
+        async for reply in self.sessions.serve(request_iterator):
+            yield reply
 
     async def Execute(self, request: pb.ExecuteRequest, context):  # noqa: ANN001, ANN201
         try:
@@ -108,7 +106,8 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                               connect_timeout=connect_timeout,
                               metrics_url=f"http://{iig_address.rsplit(':', 1)[0]}:{metrics_port}"
                                           "/metrics" if metrics_port else "")
-    rpc.add_ControllerServicer_to_server(ControllerServicer(coordinator), server)
+    controller = ControllerServicer(coordinator)
+    rpc.add_ControllerServicer_to_server(controller, server)
     rpc.add_IigServicer_to_server(IigServicer(coordinator), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -122,5 +121,6 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     if watcher is not None:
         watcher.cancel()
     await health_servicer.enter_graceful_shutdown()
+    controller.sessions.close()     # idle sessions need no grace
     await server.stop(grace)
     await coordinator.close()

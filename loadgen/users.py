@@ -159,8 +159,10 @@ def test1(address: str, users_list: list[int], n: int, per_user: int, repeats: i
     base = one["scripts_per_s"]
     for r in summary:
         if r["users"] == 0:       # the harness alone: no work done, nothing to normalise
+            # (nor cores kept busy: over its fraction of a millisecond, a stray tick of
+            # the idle servers' CPU would read as several cores)
             r.update(s_per_user="", scripts_per_s="", requests_per_s="", normalised="",
-                     idm_thruput="", ceiling="")
+                     idm_thruput="", ceiling="", cores_busy="")
             continue
         # The most users can gain: L (one user's time per request) over the time per
         # request of a saturated system (C, the CPU a request costs at this load, over

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +53,11 @@ def _error(e: grpc.RpcError) -> ClientError:
 
 
 class Client:
+    """A connection to the controller. Requests go over one `Session` stream, opened
+    at the first request and kept (a call per request costs both ends about three
+    times the CPU); a request made while another is still being read, from this
+    thread or another, goes as an `Execute` call of its own."""
+
     def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
                  channel_options: Sequence[tuple[str, Any]] = ()) -> None:
         self.address = address
@@ -57,8 +65,15 @@ class Client:
         self.channel = grpc.insecure_channel(address, options=[
             ("grpc.max_receive_message_length", 64 << 20), *channel_options])
         self.stub = rpc.ControllerStub(self.channel)
+        self._session: Session | None = None
+        self._lock = threading.Lock()
+        self._busy = False
+        self.sessions_opened = 0
 
     def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
         self.channel.close()
 
     def __enter__(self) -> Client:
@@ -69,6 +84,29 @@ class Client:
 
     def stream(self, text: str) -> Iterator[pb.ExecuteReply]:
         """The raw reply stream of one traffic unit (headers, row batches, done)."""
+        with self._lock:
+            free, self._busy = not self._busy, True
+        if not free:
+            yield from self.call(text)
+            return
+        try:
+            if self._session is None or not self._session.alive():
+                if self._session is not None:
+                    self._session.close()
+                self._session = Session(self.stub, self.timeout)
+                self.sessions_opened += 1
+            session = self._session
+            try:
+                yield from session.ask(text)
+            finally:
+                if session.pending:  # left mid-answer, or the stream broke: not reusable
+                    session.close()
+                    self._session = None
+        finally:
+            self._busy = False
+
+    def call(self, text: str) -> Iterator[pb.ExecuteReply]:
+        """The reply stream of one traffic unit over an `Execute` call of its own."""
         try:
             for batch in self.stub.Execute(pb.ExecuteRequest(text=text, timeout_s=self.timeout),
                                            timeout=self.timeout + 5):
@@ -114,6 +152,65 @@ class Client:
                         yield reply.done
         except grpc.RpcError as e:
             raise _error(e) from None
+
+
+class Session:
+    """One open `Session` stream: requests are written to it, one at a time, and
+    each one's replies read up to the message marked `end`.
+
+    gRPC's synchronous streams have no deadline per read, so a watchdog thread
+    cancels the stream when an answer takes `timeout` + 5 s (the controller
+    itself fails a request at `timeout`): a controller that stops answering
+    raises DEADLINE_EXCEEDED here instead of blocking its client for ever.
+    """
+
+    def __init__(self, stub: rpc.ControllerStub, timeout: float) -> None:
+        self.timeout = timeout
+        self.requests: queue.SimpleQueue[pb.ExecuteRequest | None] = queue.SimpleQueue()
+        self.replies = stub.Session(iter(self.requests.get, None))
+        self.deadline: float | None = None
+        self.pending = False         # a request written whose `end` has not been read
+        self.expired = False
+        self.closed = threading.Event()
+        threading.Thread(target=self._watch, daemon=True, name="mbds-session-watchdog").start()
+
+    def alive(self) -> bool:
+        return not self.closed.is_set() and self.replies.is_active()
+
+    def close(self) -> None:
+        if not self.closed.is_set():
+            self.closed.set()
+            self.requests.put(None)
+            self.replies.cancel()
+
+    def _watch(self) -> None:
+        while not self.closed.is_set():
+            deadline = self.deadline
+            if deadline is not None and time.monotonic() >= deadline:
+                self.expired = True
+                self.replies.cancel()
+                return
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            self.closed.wait(max(wait, 0.0))
+
+    def ask(self, text: str) -> Iterator[pb.ExecuteReply]:
+        self.deadline = time.monotonic() + self.timeout + 5
+        self.pending = True
+        self.requests.put(pb.ExecuteRequest(text=text, timeout_s=self.timeout))
+        try:
+            for batch in self.replies:
+                yield from batch.replies
+                if batch.end:
+                    self.deadline, self.pending = None, False
+                    if batch.HasField("failure"):
+                        raise ClientError(batch.failure.code, batch.failure.message)
+                    return
+        except grpc.RpcError as e:
+            if self.expired:
+                raise ClientError("DEADLINE_EXCEEDED", f"no answer from the controller in "
+                                  f"{self.timeout + 5:g} s") from None
+            raise _error(e) from None
+        raise ClientError("UNAVAILABLE", "the controller closed the session")
 
 
 def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:

@@ -130,10 +130,22 @@ class ExecuteReply(_message.Message):
     def __init__(self, request_index: _Optional[int] = ..., header: _Optional[_Union[ReplyHeader, _Mapping]] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ...) -> None: ...
 
 class ExecuteReplies(_message.Message):
-    __slots__ = ("replies",)
+    __slots__ = ("replies", "end", "failure")
     REPLIES_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     replies: _containers.RepeatedCompositeFieldContainer[ExecuteReply]
-    def __init__(self, replies: _Optional[_Iterable[_Union[ExecuteReply, _Mapping]]] = ...) -> None: ...
+    end: bool
+    failure: Failure
+    def __init__(self, replies: _Optional[_Iterable[_Union[ExecuteReply, _Mapping]]] = ..., end: _Optional[bool] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ...) -> None: ...
+
+class Failure(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class DefineRequest(_message.Message):
     __slots__ = ("yaml",)

@@ -39,6 +39,11 @@ class ControllerStub:
                 request_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/mbds.Controller/Session',
+                request_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.SerializeToString,
+                response_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.FromString,
+                _registered_method=True)
         self.Load = channel.stream_stream(
                 '/mbds.Controller/Load',
                 request_serializer=mbds_dot_proto_dot_mbds__pb2.LoadRequest.SerializeToString,
@@ -61,6 +66,14 @@ class ControllerServicer:
 
     def Execute(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Session(self, request_iterator, context):
+        """A client's connection: requests in, each answered in order, its last
+        message marked `end`; a failed request fails alone and the session goes on.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -88,6 +101,11 @@ def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Execute': grpc.unary_stream_rpc_method_handler(
                     servicer.Execute,
+                    request_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.FromString,
+                    response_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
                     request_deserializer=mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.FromString,
                     response_serializer=mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.SerializeToString,
             ),
@@ -132,6 +150,33 @@ class Controller:
             request,
             target,
             '/mbds.Controller/Execute',
+            mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.SerializeToString,
+            mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mbds.Controller/Session',
             mbds_dot_proto_dot_mbds__pb2.ExecuteRequest.SerializeToString,
             mbds_dot_proto_dot_mbds__pb2.ExecuteReplies.FromString,
             options,
