@@ -6,6 +6,7 @@ write access to the cgroup tree (root); `apply` says why when it cannot.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -14,7 +15,16 @@ V1_ROOT = Path("/sys/fs/cgroup/cpu")
 # A short enforcement period: with the default 100 ms a backend may run 40 ms
 # flat out and then sit throttled for 60 ms, which adds tens of milliseconds of
 # jitter to a 2 ms request. 10 ms makes the budget behave like a slower CPU.
+# Shorter is worse: at 4 ms (quota 1 ms for a quarter CPU) B2's requests 2 and 7
+# took 14-30% longer per backend, throttled and refilling caches every period.
 PERIOD_US = 10_000
+MIN_QUOTA_US = 1000        # the kernel's least quota
+
+
+def period_us(cpus: float) -> int:
+    """10 ms, or longer for budgets under a tenth of a CPU (their quota would be under
+    the kernel's least, and the budget silently larger than asked)."""
+    return max(PERIOD_US, math.ceil(MIN_QUOTA_US / cpus))
 
 
 class CpuLimitUnavailable(RuntimeError):
@@ -28,17 +38,20 @@ def apply(pid: int, cpus: float, name: str) -> Path:
     name (two benchmarks at once, or several one-backend clusters side by side) would
     otherwise put their backends in one group and split one budget between them.
     """
-    quota = max(1000, int(cpus * PERIOD_US))
+    if cpus <= 0:
+        raise CpuLimitUnavailable(f"a CPU budget must be above 0, not {cpus}")
+    period = period_us(cpus)
+    quota = max(MIN_QUOTA_US, round(cpus * period))
     name = f"{name}-{pid}"
     try:
         if (V2_ROOT / "cgroup.controllers").exists():
             group = V2_ROOT / f"mbds-{name}"
             group.mkdir(exist_ok=True)
-            (group / "cpu.max").write_text(f"{quota} {PERIOD_US}\n")
+            (group / "cpu.max").write_text(f"{quota} {period}\n")
         elif (V1_ROOT / "cpu.cfs_quota_us").exists():
             group = V1_ROOT / f"mbds-{name}"
             group.mkdir(exist_ok=True)
-            (group / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
+            (group / "cpu.cfs_period_us").write_text(f"{period}\n")
             (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
         else:
             raise CpuLimitUnavailable("no cgroup CPU controller is mounted")

@@ -38,3 +38,14 @@ def test_clusters_whose_folders_share_a_name_get_a_budget_each(tmp_path: Path) -
     finally:
         for c in clusters:
             c.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroup CPU budgets need root")
+def test_a_budget_under_a_tenth_of_a_cpu_is_the_budget_asked(tmp_path: Path) -> None:
+    """The kernel's least quota is 1 ms: at a 10 ms period 0.05 CPU would have become 0.1."""
+    c = LocalCluster(tmp_path / "d", 1, backend_cpus=0.05)
+    c.start()
+    try:
+        assert round(read_limit(c.cgroups[0]), 3) == 0.05
+    finally:
+        c.stop()
