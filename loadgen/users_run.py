@@ -76,7 +76,8 @@ async def _watched(users: asyncio.Future, asking: list[float | None]) -> None:
     while True:
         done, _ = await asyncio.wait({users}, timeout=1.0)
         if done:
-            return users.result()
+            users.result()      # raises what a user raised
+            return
         now = time.perf_counter()
         if any(t is not None and now - t > TIMEOUT_S + 5 for t in asking):
             users.cancel()

@@ -66,8 +66,7 @@ class Client:
             ("grpc.max_receive_message_length", 64 << 20), *channel_options])
         self.stub = rpc.ControllerStub(self.channel)
         self._session: Session | None = None
-        self._lock = threading.Lock()
-        self._busy = False
+        self._in_use = threading.Lock()     # held while a request is read off the session
         self.sessions_opened = 0
 
     def close(self) -> None:
@@ -84,9 +83,7 @@ class Client:
 
     def stream(self, text: str) -> Iterator[pb.ExecuteReply]:
         """The raw reply stream of one traffic unit (headers, row batches, done)."""
-        with self._lock:
-            free, self._busy = not self._busy, True
-        if not free:
+        if not self._in_use.acquire(blocking=False):
             yield from self.call(text)
             return
         try:
@@ -103,7 +100,7 @@ class Client:
                     session.close()
                     self._session = None
         finally:
-            self._busy = False
+            self._in_use.release()
 
     def call(self, text: str) -> Iterator[pb.ExecuteReply]:
         """The reply stream of one traffic unit over an `Execute` call of its own."""
@@ -168,11 +165,15 @@ class Session:
         self.timeout = timeout
         self.requests: queue.SimpleQueue[pb.ExecuteRequest | None] = queue.SimpleQueue()
         self.replies = stub.Session(iter(self.requests.get, None))
-        self.deadline: float | None = None
-        self.pending = False         # a request written whose `end` has not been read
+        self.deadline: float | None = None   # set while a request's `end` is unread
         self.expired = False
         self.closed = threading.Event()
         threading.Thread(target=self._watch, daemon=True, name="mbds-session-watchdog").start()
+
+    @property
+    def pending(self) -> bool:
+        """A request was written and its `end` not read (left mid-answer, or broken)."""
+        return self.deadline is not None
 
     def alive(self) -> bool:
         return not self.closed.is_set() and self.replies.is_active()
@@ -195,13 +196,12 @@ class Session:
 
     def ask(self, text: str) -> Iterator[pb.ExecuteReply]:
         self.deadline = time.monotonic() + self.timeout + 5
-        self.pending = True
         self.requests.put(pb.ExecuteRequest(text=text, timeout_s=self.timeout))
         try:
             for batch in self.replies:
                 yield from batch.replies
                 if batch.end:
-                    self.deadline, self.pending = None, False
+                    self.deadline = None
                     if batch.HasField("failure"):
                         raise ClientError(batch.failure.code, batch.failure.message)
                     return

@@ -129,3 +129,25 @@ def test_an_idle_session_does_not_hold_the_controller_s_shutdown(cluster_factory
     assert r.cluster.controller.stop() == 0
     # The controller's grace period is 5 s: a session left open would have held it that long.
     assert time.monotonic() - t0 < 5
+
+
+def test_a_request_made_while_the_session_is_being_read_goes_as_a_call(cluster_factory
+                                                                       ) -> None:  # noqa: ANN001
+    r = census(cluster_factory, 1)
+    r.client.define(P.definition_yaml(1))
+    body = "y" * 400_000      # 2 records a 1 MiB batch: an answer of 5 messages
+    r.client.execute("[" + "; ".join(
+        f"INSERT (<FILE, PAPER>, <INTE1, {i}>, <INTE2, 1>, <MULTI, Big>) {{{body}}}"
+        for i in range(10)) + "]")
+    c = Client(r.cluster.address, timeout=60)
+    try:
+        before = rows(c)
+        first = c.stream("RETRIEVE ((FILE = PAPER) and (MULTI = Big)) (INTE1, BODY)")
+        head = next(first)                     # the session is mid-answer ...
+        assert rows(c) == before               # ... so this one takes a call of its own
+        [big] = collect([head, *first])        # and the first answer is still whole
+        assert sorted(x["INTE1"] for x in big.records) == list(range(10))
+        assert all(x["BODY"] == body for x in big.records)
+        assert rows(c) == before and c.sessions_opened == 1
+    finally:
+        c.close()
