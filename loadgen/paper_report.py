@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from loadgen import paper_control, paper_parts
+from loadgen import paper_control, paper_parts, paper_targets
 from loadgen.formulas import (
     PAPER_IMPROVEMENT,
     PAPER_REDUCTION,
@@ -126,6 +126,12 @@ def build_tables(meta: dict, results: list[ConfigResult]) -> dict[str, dict]:
         tables["table8"] = {"title": "Table 8. Mean time per message handler (ms)",
                             "columns": ["config", "request", "process", "handler", "backend",
                                         "mean ms", "calls/request"], "rows": rows}
+    m = meta["machine"]
+    targets = paper_targets.targets_table(
+        by, reqs, ns, f"scale {meta['scale']}, CPU budget per backend "
+        f"{m.get('backend_cpus') or 'none'}")
+    if targets is not None:
+        tables["targets"] = targets
     return tables
 
 

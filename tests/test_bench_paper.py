@@ -77,6 +77,15 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
         assert 0 < float(row["recp_mean_ms"]) <= float(row["recp_slowest_ms"])
         assert float(row["recp_slowest_ms"]) < float(row["response_ms"])
     assert "Table 4" in (out / "report.md").read_text()
+    # The targets, checked on this run's own figures.
+    targets = {r[0]: r[1:] for r in summary["tables"]["targets"]["rows"]}
+    v = improvement(a, b)
+    assert targets["request 4: improvement 1→2 above the paper's best, 48.94%"] == [
+        f"{v:.2f}%", "met" if v > 48.94 else "missed"]
+    m = statistics.median(configs["B2.E"]["requests"]["1"]["runs_ms"])
+    assert targets["request 1: median ≤ 3 ms with 2 backends"] == [
+        f"{m:.2f} ms", "met" if m <= 3 else "missed"]
+    assert "targets, checked on this run" in (out / "report.md").read_text()
     _check_pooling(out, summary, tmp_path)
     if run_ms(os.getpid()) is None:      # the kernel keeps no per-thread CPU count
         assert "table45cpu" not in summary["tables"]
