@@ -23,6 +23,12 @@ def reduction(t1: float, tn: float) -> float:
     return (tn - t1) / t1 * 100
 
 
+def mbds_part(t1: float, control: float, tn: float) -> float:
+    """MBDS's own part of a reduction, % of A: C_n against the control A×n (n one-backend
+    clusters asked at once), which carries the machine's part and not MBDS's."""
+    return (tn - control) / t1 * 100
+
+
 def overhead(external: float, internal: float) -> float:
     """Cost of internal timing, %: the same configuration with timers against without."""
     return (internal - external) / external * 100

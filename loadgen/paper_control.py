@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loadgen.common import Counted, run_counted
-from loadgen.formulas import reduction
+from loadgen.formulas import mbds_part, reduction
 from loadgen.paper_parts import busiest
 from mbds import paper as P
 from mbds.client import Client
@@ -102,11 +102,11 @@ def control_table(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -
             row = [str(q), str(n), f"{a.mean(q):.2f}", f"{x.mean(q):.2f}", f"{c.mean(q):.2f}",
                    f"{reduction(a.mean(q), c.mean(q)):.2f}%",
                    f"{reduction(a.mean(q), x.mean(q)):.2f}%",
-                   f"{100 * (c.mean(q) - x.mean(q)) / a.mean(q):.2f}%"]
+                   f"{mbds_part(a.mean(q), x.mean(q), c.mean(q)):.2f}%"]
             if all(r.backend_cpu_ms.get(q) for r in (a, x, c)):
                 ca, cx, cc = (busiest(r, q) for r in (a, x, c))
                 row += [f"{ca:.2f}", f"{cx:.2f}", f"{cc:.2f}",
-                        f"{100 * (cx - ca) / ca:.2f}%", f"{100 * (cc - cx) / ca:.2f}%"]
+                        f"{reduction(ca, cx):.2f}%", f"{mbds_part(ca, cx, cc):.2f}%"]
             else:
                 row += ["–"] * 5
             rows.append(row)

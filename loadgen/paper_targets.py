@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from loadgen.formulas import PAPER_IMPROVEMENT, improvement, reduction
+from loadgen.formulas import PAPER_IMPROVEMENT, improvement, mbds_part, reduction
 
 if TYPE_CHECKING:
     from loadgen.paper_bench import ConfigResult
@@ -25,12 +25,15 @@ REQUEST1_MEDIAN_MS = 3.0        # with 2 local backends
 LARGE = range(2, 10)            # the requests the percentages are set for
 
 
+MET = ("met", "missed")
+
+
 def _verdict(ok: bool) -> str:
-    return "met" if ok else "missed"
+    return MET[not ok]
 
 
 def _all_of(label: str, values: dict[int, float], ok: Callable[[float], bool],
-            words: tuple[str, str] = ("met", "missed")) -> list[str]:
+            words: tuple[str, str] = MET) -> list[str]:
     """One row for a target every listed request must meet: how many did, and the range."""
     missed = [str(q) for q, v in values.items() if not ok(v)]
     lo, hi = min(values.values()), max(values.values())
@@ -83,7 +86,7 @@ def targets_table(by: dict[str, ConfigResult], reqs: list[int], ns: list[int],
             rows.append(_all_of(
                 f"(not a target) MBDS's own part of it, C{n} against A×{n}, within "
                 f"±{REDUCTION:.0f}% of A ({span})",
-                {q: 100 * (c.mean(q) - x.mean(q)) / a.mean(q) for q in large},
+                {q: mbds_part(a.mean(q), x.mean(q), c.mean(q)) for q in large},
                 lambda v: abs(v) <= REDUCTION, ("within", "not within")))
     if b2 is not None and 1 in reqs:
         v = b2.median(1)

@@ -9,6 +9,7 @@ from loadgen.formulas import (
     PAPER_TABLE6,
     improvement,
     improvement_bound,
+    mbds_part,
     overhead,
     reduction,
 )
@@ -37,3 +38,10 @@ def test_paper_request_3_improvement_is_within_the_papers_range() -> None:
 def test_overhead_of_internal_timing_in_the_paper_was_negative() -> None:
     # The paper found A.I faster than A.E by 0.1% to 5% (its section 4.2 anomaly).
     assert overhead(PAPER_TABLE3[6]["A"], PAPER_TABLE6[6]["A"]) == pytest.approx(-2.30, abs=0.01)
+
+
+def test_the_machine_and_mbds_parts_add_up_to_the_reduction() -> None:
+    # A 100 ms, the control A×n 106 ms, C_n 109 ms: 6 points the machine's, 3 MBDS's.
+    assert mbds_part(100.0, 106.0, 109.0) == pytest.approx(3.0)
+    assert reduction(100.0, 106.0) + mbds_part(100.0, 106.0, 109.0) == pytest.approx(
+        reduction(100.0, 109.0))
