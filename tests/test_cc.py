@@ -2,11 +2,15 @@
 
 import asyncio
 
+import pytest
+
 from backend.cc import IS, IX, LockTable, S, X, join
 from backend.dm import RequestPlan, lock_set
 from backend.recp import FilePlan
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
+from tests.inproc import census_iig
+from tests.inproc import lock_set as census_lock_set
 
 
 def granted(t: LockTable, handle) -> bool:  # noqa: ANN001
@@ -144,3 +148,42 @@ def test_lock_sets_escalate_to_the_file_when_every_cluster_is_visited() -> None:
     assert granted(t, reader) and not granted(t, writer)
     t.release(reader)
     assert granted(t, writer)
+
+
+# A transaction's lock set, built the way a backend builds it (REQP's traffic unit, DM's
+# cluster search): a resource two requests both touch gets the join of their modes,
+# whatever order the requests come in.
+MONTEREY = "((FILE = Census) and (CITY = Monterey))"
+
+
+@pytest.mark.parametrize("text", [
+    f"[DELETE {MONTEREY}; RETRIEVE {MONTEREY} (POP)]",
+    f"[RETRIEVE {MONTEREY} (POP); DELETE {MONTEREY}]",
+])
+def test_a_transaction_that_reads_and_writes_a_cluster_locks_it_exclusively(text: str) -> None:
+    iig = census_iig()
+    [monterey] = iig.directory.cluster_search("CENSUS", {"CITY": {
+        iig.directory.at[("CENSUS", "CITY")].find("Monterey")}})
+    assert census_lock_set(iig.directory, text) == {
+        ("file", "CENSUS"): IX, ("cluster", monterey): X}
+
+
+@pytest.mark.parametrize("text", [
+    f"[RETRIEVE (FILE = Census) (CITY); UPDATE {MONTEREY} <AREA = 1.5>]",
+    f"[UPDATE {MONTEREY} <AREA = 1.5>; RETRIEVE (FILE = Census) (CITY)]",
+])
+def test_a_whole_file_read_joined_with_a_write_locks_the_file_exclusively(text: str) -> None:
+    locks = census_lock_set(census_iig().directory, text)
+    assert locks[("file", "CENSUS")] == X
+    # …so a reader of any single cluster queues behind it.
+    t = LockTable()
+    unit = t.request("unit", locks)
+    reader = t.request("reader", census_lock_set(census_iig().directory,
+                                                 f"RETRIEVE {MONTEREY} (POP)"))
+    assert granted(t, unit) and not granted(t, reader)
+
+
+def test_two_reads_of_the_file_and_a_cluster_lock_the_file_shared() -> None:
+    locks = census_lock_set(census_iig().directory,
+                            f"[RETRIEVE {MONTEREY} (POP); RETRIEVE (FILE = Census) (CITY)]")
+    assert locks[("file", "CENSUS")] == S and set(locks.values()) == {S}

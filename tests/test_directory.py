@@ -152,3 +152,61 @@ def test_a_backend_copy_applies_an_index_change_once() -> None:
     stale.apply(Iig(Directory()).define(parse_definition(INDEXED % "[]")).update)
     assert copy.apply(stale.to_update()).files == [] and copy.files["F"].indexes == ["K"]
     assert [f.revision for f in copy.to_update().files] == [1]
+
+
+# Descriptor search at the ends of the ranges [0, 999] and [1000, 4999]: a value on a
+# range's end is inside it, one past it is not.
+@pytest.mark.parametrize("op,value,ranges", [
+    ("=", 999, [0]), ("=", 1000, [1]), ("=", 0, [0]), ("=", 4999, [1]), ("=", 5000, []),
+    (">=", 999, [0, 1]), (">=", 1000, [1]), (">=", 4999, [1]), (">=", 5000, []),
+    (">", 998, [0, 1]), (">", 999, [1]), (">", 4998, [1]), (">", 4999, []),
+    ("<=", 1000, [0, 1]), ("<=", 999, [0]), ("<=", 0, [0]), ("<=", -1, []),
+    ("<", 1001, [0, 1]), ("<", 1000, [0]), ("<", 1, [0]), ("<", 0, []),
+    ("!=", 500, [0, 1]),
+])
+def test_range_descriptors_at_their_boundaries(op: str, value: int, ranges: list[int]) -> None:
+    iig = paper_iig()
+    iig.define(parse_definition("""
+files:
+  CENSUS:
+    attributes: {POP: integer}
+    directory:
+      POP: {type: A, ranges: [[0, 999], [1000, 4999]]}
+"""))
+    pop = iig.directory.at[("CENSUS", "POP")]
+    # Equality finds the one descriptor the value is in; any other comparison also
+    # includes the no-descriptor class (values outside every range may match).
+    found = {pop.range_ids[i] for i in ranges} or {pop.none_id}
+    if op != "=":
+        found.add(pop.none_id)
+    assert pop.search(op, value) == found
+    # …and a record with that value falls in the range its value is in.
+    inside = [i for i, (lo, hi) in enumerate([(0, 999), (1000, 4999)]) if lo <= value <= hi]
+    assert pop.find(value) == (pop.range_ids[inside[0]] if inside else pop.none_id)
+
+
+def test_each_cluster_spreads_over_the_backends_when_inserts_alternate() -> None:
+    """Records of two clusters inserted alternately on two backends: each cluster's
+    records are split evenly, not each cluster kept whole on one backend (which an even
+    spread of the backends' totals alone would allow)."""
+    iig = paper_iig()
+    names = ["b0", "b1"]
+    first, second = (iig.cluster_of(P.FILE, [P.FILE, v, 1], pb.DirectoryUpdate())
+                     for v in (1, 201))
+    assert first != second
+    placed: Counter = Counter()
+    for _ in range(10):
+        for cid in (first, second):
+            placed[(cid, iig.choose_backend(cid, names))] += 1
+    assert placed == {(first, 0): 5, (first, 1): 5, (second, 0): 5, (second, 1): 5}
+
+
+def test_a_cluster_goes_to_the_backend_with_fewest_of_it_then_fewest_overall() -> None:
+    iig = paper_iig()
+    a, b = (iig.cluster_of(P.FILE, [P.FILE, v, 1], pb.DirectoryUpdate()) for v in (1, 201))
+    names = ["b0", "b1", "b2"]
+    # Three records of cluster a: one per backend, in index order on ties.
+    assert [iig.choose_backend(a, names) for _ in range(3)] == [0, 1, 2]
+    # b0 then takes two more of a; cluster b's first record goes where the fewest are.
+    assert [iig.choose_backend(a, names) for _ in range(2)] == [0, 1]
+    assert iig.choose_backend(b, names) == 2

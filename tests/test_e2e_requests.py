@@ -49,6 +49,8 @@ WORKLOAD = [
     "UPDATE ((FILE = Census) and (POP < 500)) <CITY = 'Smallville'>",
     "UPDATE ((FILE = Census) and (STATE = CA)) <AREA = AREA * 2>",
     "UPDATE ((FILE = Census) and (POP > 3000)) <POP = POP / 3>",
+    "UPDATE ((FILE = Census) and (STATE = NY)) <AREA = AREA - 0.5>",
+    "UPDATE ((FILE = Census) and (POP >= 100) and (POP < 150)) <POP = POP - 7>",
     "UPDATE ((FILE = Census) and (STATE = NY)) <CITY = STATE>",
     "RETRIEVE (FILE = Census) (CITY, POP, AREA, STATE)",
     "RETRIEVE (FILE = Census) (COUNT(POP)) BY CITY",
@@ -73,6 +75,8 @@ def census(request, tmp_path_factory) -> Iterator[Running]:  # noqa: ANN001
 
 
 def test_workload_matches_independent_evaluation(census: Running) -> None:
+    # The model starts empty: so do the files, whichever tests of the module ran before.
+    census.client.execute("[DELETE (FILE = Census); DELETE (FILE = States)]")
     model = Model(CENSUS_SCHEMAS)
     rng = random.Random(7)
     inserts = seed_inserts(rng, 120)
@@ -157,3 +161,35 @@ def test_strings_and_integers_round_trip_exactly(census: Running) -> None:
     assert sorted((x["POP"], x["CITY"]) for x in r.records) == [
         (2**62 + i, name) for i, name in enumerate(names)]
 
+
+
+SPREAD_YAML = """
+files:
+  SPREAD:
+    attributes: {K: integer, V: integer}
+    directory:
+      K: {type: A, ranges: [[0, 9], [10, 19]]}
+"""
+
+
+def test_each_cluster_is_spread_and_averages_weigh_every_record(census: Running) -> None:
+    """Records of two clusters inserted alternately end up spread evenly (±1) over the
+    backends within each cluster; an average over a cluster whose records are spread
+    unevenly (3 and 2 on two backends) is the average of its records."""
+    c = census.client
+    c.define(SPREAD_YAML)
+    for v in range(10):
+        c.execute(f"INSERT (<FILE, Spread>, <K, 1>, <V, {v}>)")
+        c.execute(f"INSERT (<FILE, Spread>, <K, 11>, <V, {v}>)")
+    n = census.cluster.n
+    for k in (1, 11):
+        [res] = c.execute(f"RETRIEVE ((FILE = Spread) and (K = {k})) (V)")
+        per = [b["records"] for b in res.stats["backends"]]
+        assert len(per) == n and sum(per) == 10 and max(per) - min(per) <= 1, (k, per)
+    values = [1, 2, 9, 20, 3]       # no split of these into 3 and 2 has equal averages
+    for v in values:
+        c.execute(f"INSERT (<FILE, Spread>, <K, 5>, <V, {v}>)")
+    [res] = c.execute("RETRIEVE ((FILE = Spread) and (K = 5)) (AVG(V), SUM(V), COUNT(V))")
+    assert res.records == [{"AVG(V)": 7.0, "SUM(V)": 35, "COUNT(V)": 5}]
+    assert sorted(b["records"] for b in res.stats["backends"]) == sorted(
+        len(values[i::n]) for i in range(n))

@@ -12,6 +12,7 @@ from backend.recp import FilePlan, _where
 from backend.store import Store, table
 from mbds.schema import parse_definition
 from tests.conftest import CENSUS_YAML
+from tests.inproc import census_iig, prepare
 
 CENSUS = next(s for s in parse_definition(CENSUS_YAML) if s.name == "CENSUS")
 
@@ -135,3 +136,29 @@ def test_small_clusters_fall_back_to_row_by_row(monkeypatch) -> None:
     assert sum("group_concat" in s for s in statements) == 4
     assert sum("json_each" in s for s in statements) == 1
 
+
+
+@pytest.mark.parametrize("modifier, after", [
+    ("<POP = POP - 7>", [-14, 10, 4993]),
+    ("<POP = POP + 7>", [0, 24, 5007]),
+    ("<POP = POP * 3>", [-21, 51, 15000]),
+    ("<POP = POP / 2>", [-3, 8, 2500]),          # integer division truncates toward zero
+    ("<POP = 12>", [12, 12, 12]),
+])
+def test_an_update_modifier_computes_each_records_new_value(modifier: str,
+                                                            after: list[int]) -> None:
+    """The modifier as REQP forms it, run by RECP on every record of the file."""
+    conn = _census_table([(1, -7, "a"), (1, 17, "b"), (2, 5000, "c")])
+    [p] = prepare(census_iig().directory, f"UPDATE (FILE = Census) {modifier}")
+    assert recp.update(conn, FilePlan(CENSUS, [1, 2], [[]], True), p.request.modifier) == 3
+    got = [pop for (pop,) in conn.execute(f'SELECT "POP" FROM {table("CENSUS")} ORDER BY rid')]
+    assert got == after
+
+
+def test_an_update_copies_another_attribute_of_the_same_record() -> None:
+    conn = _census_table([(1, 1, "a"), (2, 2, "b")])
+    [p] = prepare(census_iig().directory, "UPDATE ((FILE = Census) and (POP < 2)) <CITY = STATE>")
+    plan = FilePlan(CENSUS, [1, 2], [[("POP", "<", 2)]], True)
+    assert recp.update(conn, plan, p.request.modifier) == 1
+    assert list(conn.execute(f'SELECT "CITY" FROM {table("CENSUS")} ORDER BY rid')) == [
+        ("CA",), ("b",)]

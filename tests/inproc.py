@@ -1,0 +1,46 @@
+"""In-process building blocks for unit tests: the controller's directory and REQP, and a
+backend's DM, on the census database of tests/conftest.py, without any process."""
+
+from __future__ import annotations
+
+from backend import dm
+from controller.iig import Iig
+from controller.reqp import Prepared, Reqp
+from mbds.directory import Directory
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
+from mbds.values import Value
+from tests.conftest import CENSUS_YAML
+
+# (CITY, POP, STATE) of census records, one cluster each unless values repeat.
+CENSUS_ROWS = [("Monterey", 25, "CA"), ("Carmel", 2000, "CA"), ("Albany", 3000, "NY")]
+
+
+def census_iig(rows: list[tuple[str, int, str]] = CENSUS_ROWS) -> Iig:
+    """IIG with the census files defined and a cluster for each of `rows`."""
+    iig = Iig(Directory())
+    iig.define(parse_definition(CENSUS_YAML))
+    for row in rows:
+        iig.cluster_of("CENSUS", census_key(iig, *row), pb.DirectoryUpdate())
+    return iig
+
+
+def census_key(iig: Iig, city: str, pop: int, state: str) -> list[Value]:
+    """The directory values of a census record, in the file's directory-attribute order."""
+    record = {"FILE": "CENSUS", "CITY": city, "POP": pop, "STATE": state}
+    return [record[a] for a in iig.directory.files["CENSUS"].directory_attributes]
+
+
+def prepare(directory: Directory, text: str) -> list[Prepared]:
+    return Reqp(directory).prepare(text)[0]
+
+
+def plan(directory: Directory, text: str) -> list[dm.RequestPlan]:
+    """REQP, then DM's descriptor search (whole, on one backend), cluster search and
+    address generation, as a backend runs them for the traffic unit of `text`."""
+    tu = pb.TrafficUnit(requests=[p.request for p in prepare(directory, text)])
+    return dm.plan_requests(directory, tu, dm.descriptor_search(directory, tu, 0, 1))
+
+
+def lock_set(directory: Directory, text: str) -> dict[tuple, str]:
+    return dm.lock_set(plan(directory, text))
