@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from loadgen import paper_report
-from loadgen.common import Counted, free_port_block, run_counted, split_search_option
+from loadgen.common import Counted, run_counted, split_search_option
 from loadgen.compose_cluster import ComposeCluster
 from loadgen.cpu import BackendCpu
 from loadgen.paper_control import Together, start_together
@@ -227,7 +227,7 @@ def machine(backend_cpus: float | None, compose: bool, split_search_from: int = 
               help="Results directory (default results/paper-<time>).")
 @click.option("--metrics-base", type=int, default=None,
               help="First /metrics port; configuration i uses a block from base + (max n + 1) i. "
-                   "Default: a block of ports free on 127.0.0.1 when the run starts.")
+                   "Default: each process binds a free port of its own and reports it.")
 @split_search_option
 @click.option("--control", is_flag=True,
               help="Also run A×n for each n > 1: n one-backend clusters (A's records and "
@@ -260,8 +260,6 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
     out.mkdir(parents=True, exist_ok=True)
     running: list[Running] = []
     configs = configurations(counts, timings, control)
-    if metrics_base is None:
-        metrics_base = free_port_block((max(counts) + 1) * len(configs))
     speed = {"before": speed_probe_ms()}
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp, Progress(
             console=console, transient=True) as progress:
@@ -271,7 +269,8 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
             for i, cfg in enumerate(configs):
                 running.append(start_config(
                     cfg, scale=scale, record_bytes=record_bytes, backend_cpus=backend_cpus,
-                    workdir=Path(tmp), metrics_port=metrics_base + (max(counts) + 1) * i,
+                    workdir=Path(tmp), metrics_port=(metrics_base + (max(counts) + 1) * i
+                                                  if metrics_base else 0),
                     compose=compose, split_search_from=split_search_from))
                 each = f"{cfg.backends} × " if cfg.kind == "X" else ""
                 console.print(f"{cfg.name}: loaded {each}{cfg.records * scale} records in "

@@ -37,11 +37,14 @@ def main(verbose: bool) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-def _metrics(port: int | None, listen: str) -> None:
-    """Serve /metrics on the same interface as the gRPC service (loopback by default)."""
-    if port is not None:
-        from prometheus_client import start_http_server
-        start_http_server(port, addr=listen.rsplit(":", 1)[0].strip("[]"))
+def _metrics(port: int | None, listen: str) -> int:
+    """Serve /metrics on the same interface as the gRPC service (loopback by default);
+    returns the port it is served on (port 0: one the system picks), 0 for none."""
+    if port is None:
+        return 0
+    from prometheus_client import start_http_server
+    server, _ = start_http_server(port, addr=listen.rsplit(":", 1)[0].strip("[]"))
+    return server.server_port
 
 
 @main.command()
@@ -54,7 +57,8 @@ def _metrics(port: int | None, listen: str) -> None:
               help="SQLite synchronous mode (WAL: NORMAL survives a process crash).")
 @click.option("--in-memory", is_flag=True,
               help="Keep records in memory only (durability benchmarks; nothing survives).")
-@click.option("--metrics-port", type=int, help="Serve Prometheus /metrics on this port.")
+@click.option("--metrics-port", type=int,
+              help="Serve Prometheus /metrics on this port (0: any free one).")
 def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchronous: str,
             in_memory: bool, metrics_port: int | None) -> None:
     """Run one backend (DM, CC, RECP)."""
@@ -65,9 +69,9 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
     if data_root is not None:
         data_dir = claim_slot(data_root)
     assert data_dir is not None
-    _metrics(metrics_port, listen)
+    served = _metrics(metrics_port, listen)
     asyncio.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
-                      memory=in_memory, metrics_port=metrics_port or 0))
+                      memory=in_memory, metrics_port=served))
 
 
 @main.command()
@@ -85,7 +89,8 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
               help="Split descriptor search over the backends (ids exchanged between them, "
                    "the paper's design) for traffic units with at least this many "
                    "predicates; smaller ones are searched whole on every backend.")
-@click.option("--metrics-port", type=int, help="Serve Prometheus /metrics on this port.")
+@click.option("--metrics-port", type=int,
+              help="Serve Prometheus /metrics on this port (0: any free one).")
 def controller(listen: str, backend_list: str, discover: str | None, expect: int,
                advertise: str, internal_timing: str, timeout: float, split_search_from: int,
                metrics_port: int | None) -> None:
@@ -99,11 +104,11 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
         addresses = discover_backends(discover, expect)
     if not addresses:
         raise click.UsageError("no backends: give --backends or --discover")
-    _metrics(metrics_port, listen)
+    served = _metrics(metrics_port, listen)
     asyncio.run(serve(listen=listen, backends=addresses, advertise=advertise,
                       discover=discover or "",
                       internal_timing=internal_timing == "on", timeout=timeout,
-                      split_search_from=split_search_from, metrics_port=metrics_port or 0))
+                      split_search_from=split_search_from, metrics_port=served))
 
 
 @main.command()

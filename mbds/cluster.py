@@ -122,6 +122,12 @@ class LocalCluster:
         self.cgroups: list[Path] = []          # CPU budgets made for the backends
         self.address = ""
 
+    def _metrics_port(self, offset: int) -> int:
+        """Controller on M, backend K on M + 1 + K; with M = 0 each process binds a port
+        of its own choosing, which the controller's Status reports."""
+        assert self.metrics_port is not None
+        return self.metrics_port + offset if self.metrics_port else 0
+
     def check_data_dir(self) -> None:
         existing = sorted(p.name for p in self.data_dir.glob("b*") if (p / "backend.db").exists())
         extra = [name for name in existing if int(name[1:]) >= self.n]
@@ -135,7 +141,7 @@ class LocalCluster:
         args = ["backend", "--listen", f"127.0.0.1:{port}", "--data-dir",
                 str(self.data_dir / f"b{i}"), "--synchronous", self.synchronous]
         if self.metrics_port is not None:
-            args += ["--metrics-port", str(self.metrics_port + 1 + i)]
+            args += ["--metrics-port", str(self._metrics_port(1 + i))]
         if self.in_memory:
             args.append("--in-memory")
         proc: Proc | None = None
@@ -173,7 +179,7 @@ class LocalCluster:
                 "--timeout", str(self.timeout),
                 "--split-search-from", str(self.split_search_from)]
         if self.metrics_port is not None:
-            args += ["--metrics-port", str(self.metrics_port)]
+            args += ["--metrics-port", str(self._metrics_port(0))]
         with signals_held():          # start() stops it if a signal comes after this
             self.controller = Proc("controller", args)
         self.address = self.controller.wait_ready(60)

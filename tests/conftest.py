@@ -32,14 +32,21 @@ CENSUS_SCHEMAS = {
 }
 
 
+# Clusters started and not yet closed: a failing test shows their processes' logs.
+RUNNING: list[Running] = []
+
+
 class Running:
     """A started cluster with a client; dumps the processes' logs when a test fails."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
         self.client = Client(cluster.address, timeout=60)
+        RUNNING.append(self)
 
     def close(self) -> None:
+        if self in RUNNING:
+            RUNNING.remove(self)
         self.client.close()
         self.cluster.stop()
 
@@ -78,5 +85,5 @@ def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201
     outcome = yield
     report = outcome.get_result()
     if report.failed:
-        for r in getattr(item, "_clusters", []):
+        for r in RUNNING:
             report.sections.append(("cluster logs", r.cluster.logs()))

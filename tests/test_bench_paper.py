@@ -11,6 +11,7 @@ import statistics
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from loadgen.cpu import run_ms
@@ -47,23 +48,36 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
     a, b, c = (configs[x]["requests"]["4"]["mean_ms"] for x in ("A.E", "B2.E", "C2.E"))
     t4 = summary["tables"]["table4"]
     assert t4["rows"][1][1] == f"{improvement(a, b):.2f}%"
-    assert improvement(a, b) < 100 and improvement_bound(2) == 50
     assert summary["tables"]["table5"]["rows"][1][1] == f"{reduction(a, c):.2f}%"
     # …and the same formulas applied to the medians.
     am, bm, cm = (statistics.median(configs[x]["requests"]["4"]["runs_ms"])
                   for x in ("A.E", "B2.E", "C2.E"))
     assert summary["tables"]["table45m"]["rows"][1] == [
         "4", f"{am:.2f}", f"{improvement(am, bm):.2f}%", f"{reduction(am, cm):.2f}%"]
-    # Table 5 taken apart: the parts add up to the reduction; RECP times are per run.
-    [row] = [r for r in summary["tables"]["table5x"]["rows"] if r[0] == "4"]
-    red, *parts = (float(x.rstrip("%")) for x in row[7:])
-    assert abs(sum(parts) - red) < 0.02 and red == round(reduction(a, c), 2)
-    assert float(row[6]) >= float(row[5]) > 0      # the slowest backend ≥ their mean
-    # …and Table 4: the parts add up to the bound minus the improvement.
-    [row] = [r for r in summary["tables"]["table4x"]["rows"] if r[0] == "4"]
-    short, *parts = (float(x.rstrip("%")) for x in row[7:])
-    assert abs(sum(parts) - short) < 0.02
-    assert short == round(improvement_bound(2) - improvement(a, b), 2)
+    # Tables 4 and 5 taken apart, each part computed again from the runs' own figures:
+    # the backends' mean own time against its ideal (A's / n for B_n, A's for C_n), the
+    # slowest backend against that mean, and the rest of the response time (all but
+    # the slowest backend's own time) against A's rest, each in % of A's response time.
+    with (out / "runs.csv").open() as f:
+        runs = [r for r in csv.DictReader(f) if r["request"] == "4"]
+
+    def own(config: str, column: str) -> float:
+        return statistics.fmean(float(r[column]) for r in runs if r["config"] == config)
+
+    a_own = own("A.E", "recp_mean_ms")
+    for table, config, ideal, total in (
+            ("table5x", "C2.E", a_own, reduction(a, c)),
+            ("table4x", "B2.E", a_own / 2, improvement_bound(2) - improvement(a, b))):
+        x = b if config == "B2.E" else c
+        mean, slowest = own(config, "recp_mean_ms"), own(config, "recp_slowest_ms")
+        assert slowest >= mean > 0                  # the slowest backend ≥ their mean
+        ideal_rest = (a - a_own) / (2 if config == "B2.E" else 1)
+        want = [total, (mean - ideal) / a * 100, (slowest - mean) / a * 100,
+                ((x - slowest) - ideal_rest) / a * 100]
+        [row] = [r for r in summary["tables"][table]["rows"] if r[0] == "4"]
+        # runs.csv keeps 3 decimals of each time: allow a rounding step on each side.
+        got = [float(v.rstrip("%")) for v in row[7:]]
+        assert got == pytest.approx(want, abs=0.02), table
     # Table 8 has every process's handlers for request 1, on each backend.
     t8 = summary["tables"]["table8"]["rows"]
     assert {row[2] for row in t8} >= {"REQP", "PP", "DM", "CC", "RECP"}

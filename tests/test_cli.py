@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import queue
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,42 +19,52 @@ import pytest
 from tests.conftest import CENSUS_YAML
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def mbds(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mbds", *args], capture_output=True,
                           text=True, input=input, timeout=120)
 
 
 class Up:
+    """`mbds up` in the background; its controller binds a port of its own (--port 0)
+    and the address is read back from what it prints."""
+
     def __init__(self, data: Path, n: int) -> None:
-        self.port = free_port()
-        self.addr = f"127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mbds", "up", "--backends", str(n), "--port", str(self.port),
+            [sys.executable, "-m", "mbds", "up", "--backends", str(n), "--port", "0",
              "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
         deadline = time.monotonic() + 60
         self.out: list[str] = []
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
+        while (line := self._next(deadline)) is not None:
             self.out.append(line)
+            if m := re.match(r"controller (\S+)", line):
+                self.addr = m.group(1)
             if "ready" in line:
                 return
+        self.proc.kill()
         raise AssertionError("mbds up did not become ready:\n" + "".join(self.out))
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _next(self, deadline: float) -> str | None:
+        try:
+            return self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)
-        rest, _ = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == 0, rest
-        return "".join(self.out) + rest
+        assert self.proc.wait(60) == 0, "".join(self.out)
+        deadline = time.monotonic() + 10
+        while (line := self._next(deadline)) is not None:
+            self.out.append(line)
+        return "".join(self.out)
 
 
 def test_up_exec_define_load_table2_and_clean_stop(tmp_path: Path) -> None:
@@ -108,7 +121,10 @@ def test_up_exec_define_load_table2_and_clean_stop(tmp_path: Path) -> None:
 
 
 def test_health_fails_when_nothing_listens() -> None:
-    r = mbds("health", "--address", f"127.0.0.1:{free_port()}", "--timeout", "0.5")
+    with socket.socket() as held:      # bound, never listening: connections are refused
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        r = mbds("health", "--address", f"127.0.0.1:{port}", "--timeout", "0.5")
     assert r.returncode != 0 and "error" in r.stderr
 
 

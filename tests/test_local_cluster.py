@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from mbds.cluster import LocalCluster, Proc, ProcessFailed
@@ -25,6 +26,35 @@ def _processes_using(path: Path) -> list[int]:
         except OSError:
             continue          # the process ended meanwhile
     return pids
+
+
+def _mbds_descendants(pid: int) -> list[psutil.Process]:
+    """Every `python -m mbds …` process below `pid`: backends and controllers alike
+    (a controller's command line names no data directory)."""
+    out = []
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            if "mbds" in p.cmdline():
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_stop_ends_the_controller_and_every_backend(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, 2)
+    cluster.start()
+    try:
+        procs = _mbds_descendants(os.getpid())
+        names = sorted(p.cmdline()[p.cmdline().index("mbds") + 1] for p in procs)
+        assert names == ["backend", "backend", "controller"]
+    finally:
+        cluster.stop()
+    assert _alive(procs) == []
 
 
 def test_a_backend_that_fails_to_start_takes_the_started_ones_down(tmp_path: Path) -> None:
@@ -57,9 +87,11 @@ def test_a_benchmark_stopped_by_sigterm_stops_its_clusters(tmp_path: Path) -> No
         if "B2.E: loaded" in line or time.monotonic() > deadline:
             break
     assert _processes_using(tmp_path), "the benchmark's clusters never started"
+    children = _mbds_descendants(proc.pid)     # controllers too, not only backends
+    assert any("controller" in p.cmdline() for p in children)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) != 0
-    assert _processes_using(tmp_path) == []
+    assert _processes_using(tmp_path) == [] and _alive(children) == []
 
 
 def test_an_interrupted_start_stops_the_backend_being_started(tmp_path: Path,

@@ -28,11 +28,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from mbds import paper as P
 from mbds.client import Client, ClientError
-from tests.test_metrics import free_port_block, load_paper, scrape, series, start_with_metrics
+from tests.test_metrics import load_paper, metrics_urls, scrape, series, start_with_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = sorted((ROOT / "dashboards" / "json").glob("*.json"))
@@ -56,8 +57,6 @@ def get(url: str, timeout: float = 10) -> Any:
 
 class Prometheus:
     def __init__(self, tmp: Path, controller: str, backends: list[str]) -> None:
-        self.port = free_port_block(1)
-        self.url = f"http://127.0.0.1:{self.port}"
         config = tmp / "prometheus.yml"
         config.write_text(json.dumps({   # JSON is YAML
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
@@ -69,9 +68,22 @@ class Prometheus:
         self.log = (tmp / "prometheus.log").open("w")
         self.proc = subprocess.Popen(
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+             "--web.listen-address=127.0.0.1:0", "--log.level=warn"],
             stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp)
         self.logfile = tmp / "prometheus.log"
+        self.url = f"http://127.0.0.1:{self._listening_port()}"
+
+    def _listening_port(self, timeout: float = 30) -> int:
+        """The port Prometheus bound (it was given port 0), read back from the system."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.logfile.read_text()
+            ports = [c.laddr.port for c in psutil.Process(self.proc.pid).net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN]
+            if ports:
+                return ports[0]
+            time.sleep(0.1)
+        raise AssertionError(f"Prometheus did not listen:\n{self.logfile.read_text()}")
 
     def wait_ready(self, n_targets: int, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -129,9 +141,9 @@ def grafana_to_promql(expr: str, variables: list[str]) -> str:
 
 @pytest.fixture
 def stack(cluster_factory, tmp_path: Path) -> Iterator[tuple[Any, Prometheus]]:
-    r, base = start_with_metrics(cluster_factory, 2)
-    prom = Prometheus(tmp_path, f"127.0.0.1:{base}",
-                      [f"127.0.0.1:{base + 1 + i}" for i in range(2)])
+    r = start_with_metrics(cluster_factory, 2)
+    controller, *backends = (urllib.parse.urlsplit(u).netloc for u in metrics_urls(r))
+    prom = Prometheus(tmp_path, controller, backends)
     try:
         prom.wait_ready(3)
         yield r, prom
