@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import re
-import time
 from typing import Any
 from unittest import mock
 
@@ -456,14 +455,12 @@ def test_nodes_are_frozen() -> None:
         d.pos = P(9, 9)  # type: ignore[misc]
 
 
-def test_insert_speed_smoke() -> None:
-    # Generous bound (shared CI machines); the target is well under 100 us.
-    text = "INSERT (" + ", ".join(f"<STR{i:02d}, Xxxxx>" for i in range(33)) + ")"
-    n = 300
-    start = time.perf_counter()
-    for _ in range(n):
-        parse(text)
-    assert (time.perf_counter() - start) / n < 1e-3
+def test_an_insert_of_the_papers_width_keeps_every_pair_in_order() -> None:
+    # The paper's records have 33 keywords; parse time is the benchmarks' business.
+    text = "INSERT (" + ", ".join(f"<STR{i:02d}, X{i}>" for i in range(33)) + ")"
+    [ins] = parse(text).requests
+    assert [(k.attr, k.value) for k in ins.keywords] == [(f"STR{i:02d}", f"X{i}")
+                                                       for i in range(33)]
 
 
 # -- property tests: round trip through a small unparser --------------------------

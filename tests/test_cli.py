@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import json
-import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CENSUS_YAML
+from tests.lines import OutputLines
 
 
 def mbds(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
@@ -33,38 +31,18 @@ class Up:
             [sys.executable, "-m", "mbds", "up", "--backends", str(n), "--port", "0",
              "--data-dir", str(data)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-        deadline = time.monotonic() + 60
-        self.out: list[str] = []
-        while (line := self._next(deadline)) is not None:
-            self.out.append(line)
-            if m := re.match(r"controller (\S+)", line):
-                self.addr = m.group(1)
-            if "ready" in line:
-                return
-        self.proc.kill()
-        raise AssertionError("mbds up did not become ready:\n" + "".join(self.out))
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def _next(self, deadline: float) -> str | None:
-        try:
-            return self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            return None
+        self.lines = OutputLines(self.proc)
+        self.out = self.lines.until("ready", 60)
+        found = [m.group(1) for line in self.out if (m := re.match(r"controller (\S+)", line))]
+        if not (found and "ready" in self.out[-1]):
+            self.proc.kill()
+            raise AssertionError("mbds up did not become ready:\n" + "".join(self.out))
+        self.addr = found[0]
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)
         assert self.proc.wait(60) == 0, "".join(self.out)
-        deadline = time.monotonic() + 10
-        while (line := self._next(deadline)) is not None:
-            self.out.append(line)
-        return "".join(self.out)
+        return "".join(self.out + self.lines.until("\0", 10))    # the rest of it
 
 
 def test_up_exec_define_load_table2_and_clean_stop(tmp_path: Path) -> None:

@@ -7,13 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from mbds.cluster import LocalCluster, Proc, ProcessFailed
+from tests.lines import OutputLines
 
 
 def _processes_using(path: Path) -> list[int]:
@@ -81,11 +81,7 @@ def test_a_benchmark_stopped_by_sigterm_stops_its_clusters(tmp_path: Path) -> No
          "--runs", "500", "--timing", "off", "--out", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "TMPDIR": str(tmp_path)})   # the clusters' data dirs go here
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    for line in proc.stdout:             # wait until every configuration is up and loaded
-        if "B2.E: loaded" in line or time.monotonic() > deadline:
-            break
+    OutputLines(proc).until("B2.E: loaded", 120)    # every configuration is up and loaded
     assert _processes_using(tmp_path), "the benchmark's clusters never started"
     children = _mbds_descendants(proc.pid)     # controllers too, not only backends
     assert any("controller" in p.cmdline() for p in children)
