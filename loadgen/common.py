@@ -127,29 +127,6 @@ def local_cluster_procs(backends: int, *, backend_cpus: float | None = None,
             cluster.stop()          # also removes the backends' cgroups
 
 
-def free_port_block(n: int, attempts: int = 50) -> int:
-    """A base port P with P … P+n-1 all free on 127.0.0.1 right now (for /metrics)."""
-    import socket
-    for _ in range(attempts):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        socks: list[socket.socket] = []
-        try:
-            for p in range(base, base + n):
-                socks.append(sock := socket.socket())
-                sock.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise click.ClickException(f"no {n} consecutive free ports on 127.0.0.1")
-
-
 def define(client: Client, yaml_text: str) -> None:
     """Apply a definition (untimed set-up)."""
     client.define(yaml_text)

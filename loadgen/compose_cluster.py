@@ -13,7 +13,6 @@ import time
 import uuid
 from pathlib import Path
 
-from loadgen.common import free_port_block
 from mbds.client import Client, ClientError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,13 +24,13 @@ class ComposeCluster:
                  backend_cpus: float | None = None, start_timeout: float = 180.0) -> None:
         self.n = backends
         self.project = f"mbds_bench_{uuid.uuid4().hex[:8]}"
-        self.port = free_port_block(1)
+        # Host port 0: the engine binds free ports; the controller's is read back at start.
         self.env = {**os.environ, "BACKENDS": str(backends),
                     "BACKEND_CPUS": str(backend_cpus or 0.5),
                     "MBDS_INTERNAL_TIMING": "on" if internal_timing else "off",
-                    "MBDS_PORT": str(self.port), "PROMETHEUS_PORT": str(free_port_block(1))}
+                    "MBDS_PORT": "0", "PROMETHEUS_PORT": "0"}
         self.start_timeout = start_timeout
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = ""
 
     def _compose(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(COMPOSE), "-p", self.project, *args], env=self.env,
@@ -41,6 +40,11 @@ class ComposeCluster:
         r = self._compose("up", "-d", "--scale", f"backend={self.n}")
         if r.returncode != 0:
             raise RuntimeError(f"compose up failed:\n{r.stdout}\n{r.stderr}")
+        port = self._compose("port", "controller", "50051")
+        if port.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"no published controller port:\n{port.stderr}")
+        self.address = port.stdout.strip().splitlines()[0]
         deadline = time.monotonic() + self.start_timeout
         while True:
             try:

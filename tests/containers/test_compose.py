@@ -62,24 +62,32 @@ def docker_problem() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Stack:
     """One compose project of docker-compose.yml, driven through docker/compose.sh."""
 
     def __init__(self) -> None:
         self.project = f"mbds_test_{secrets.token_hex(4)}"
-        self.mbds_port = free_port()
-        self.prometheus_port = free_port()
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("COMPOSE_") and k not in ("BACKENDS", "BACKEND_CPUS")}
+        # Host port 0: the engine binds a free port; `published` reads it back.
         self.env = {**env, "COMPOSE_PROJECT_NAME": self.project,
-                    "MBDS_PORT": str(self.mbds_port),
-                    "PROMETHEUS_PORT": str(self.prometheus_port)}
+                    "MBDS_PORT": "0", "PROMETHEUS_PORT": "0"}
+
+    def published(self, service: str, port: int) -> int:
+        """The loopback port the engine bound for a service's container port."""
+        [container] = self.containers(service)
+        out = run(["docker", "port", container, f"{port}/tcp"]).stdout.split()
+        host, _, bound = out[0].rpartition(":")
+        assert host == "127.0.0.1", out
+        return int(bound)
+
+    @property
+    def mbds_port(self) -> int:
+        return self.published("controller", 50051)
+
+    @property
+    def prometheus_port(self) -> int:
+        return self.published("prometheus", 9090)
 
     # -- compose and docker --------------------------------------------------
     def compose(self, *args: str, check: bool = True, timeout: float = 300
@@ -256,8 +264,11 @@ def test_backend_cpu_limit_and_published_ports(stack3: Stack) -> None:
         info = stack3.inspect(c)
         assert info["HostConfig"]["NanoCpus"] == CPU_LIMIT_NANO, info["Name"]
         assert not info["HostConfig"]["PortBindings"], info["HostConfig"]["PortBindings"]
-    bindings = stack3.inspect(stack3.controller)["HostConfig"]["PortBindings"]["50051/tcp"]
-    assert bindings == [{"HostIp": "127.0.0.1", "HostPort": str(stack3.mbds_port)}]
+    info = stack3.inspect(stack3.controller)
+    assert [b["HostIp"] for b in info["HostConfig"]["PortBindings"]["50051/tcp"]] == [
+        "127.0.0.1"]
+    bound = info["NetworkSettings"]["Ports"]["50051/tcp"]
+    assert bound == [{"HostIp": "127.0.0.1", "HostPort": str(stack3.mbds_port)}]
     with socket.create_connection(("127.0.0.1", stack3.mbds_port), timeout=5):
         pass
 
