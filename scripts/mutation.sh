@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Mutation testing of the modules whose tests are fast (docs/mutation.md).
+#
+# Runs mutmut (pinned in pyproject.toml's `dev` extra) over each module in turn, with
+# only that module's in-process tests, in a copy of the tree under a temp dir (the
+# working tree is never touched, so it is safe while tests run there). Prints every
+# surviving mutant with its diff, then killed / total per module.
+#
+#   scripts/mutation.sh                 every module
+#   scripts/mutation.sh cc recp         only these (names as in MODULES below)
+#   MUTATION_JOBS=4 scripts/mutation.sh parallel test processes (default 2)
+#   MUTATION_KEEP=1 scripts/mutation.sh keep the temp dir (to `mutmut show` / `browse`)
+#
+# Not part of the default test command: it takes minutes, not seconds.
+set -euo pipefail
+
+ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+JOBS=${MUTATION_JOBS:-2}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mbds-mutation.XXXXXX")
+if [[ -n "${MUTATION_KEEP:-}" ]]; then
+  echo "work dir kept: $WORK"
+else
+  trap 'rm -rf "$WORK"' EXIT
+fi
+
+# The ABDL tests less the timing one (flaky under mutation). A surviving or looping mutant
+# runs every test that reaches it, with a timeout of 15 times their duration: for the
+# parser the property-based tests (seconds each) are left out as well, or the run takes
+# hours; for the lexer only the slowest two.
+D="--deselect tests/test_abdl_parser.py::test_"
+ABDL_LEXER_TESTS="tests/test_abdl_parser.py ${D}insert_speed_smoke \
+${D}mutated_requests_only_raise_syntax_errors ${D}token_soup_only_raises_syntax_errors"
+ABDL_PARSER_TESTS="$ABDL_LEXER_TESTS ${D}random_text_only_raises_syntax_errors \
+${D}round_trip ${D}fast_and_slow_paths_agree"
+
+# name | file mutated | mutant names run (mutmut globs; a file's other functions are out
+# of scope) | tests and pytest options (tests/test_mutants_<name>.py added if present)
+MODULES=(
+  "cc|backend/cc.py|backend.cc.*|tests/test_cc.py"
+  "dm|backend/dm.py|backend.dm.*|tests/test_cc.py"
+  "directory|mbds/directory.py|mbds.directory.*|tests/test_directory.py"
+  "iig|controller/iig.py|controller.iig.*|tests/test_directory.py"
+  "pp|controller/pp.py|controller.pp.xǁ_Aggregatesǁ* controller.pp.x__join__* \
+controller.pp.x__batches__*|"
+  "recp|backend/recp.py|backend.recp.x__condition__* backend.recp.x__where__* \
+backend.recp.x__select_list__* backend.recp.x__modifier_sql__* \
+backend.recp.x_aggregate_groups__* backend.recp.x_delete__* backend.recp.x_update__* \
+backend.recp.x_update_moving__* backend.recp.x_insert__*|tests/test_recp.py"
+  "abdl_lexer|controller/abdl/lexer.py|controller.abdl.lexer.*|$ABDL_LEXER_TESTS"
+  "abdl_parser|controller/abdl/parser.py|controller.abdl.parser.*|$ABDL_PARSER_TESTS"
+)
+
+# Hypothesis: derandomized and without an example database, so a run's result does not
+# depend on the order the mutants happened to run in.
+PLUGIN='from hypothesis import settings
+settings.register_profile("mutation", database=None, derandomize=True)
+settings.load_profile("mutation")'
+
+copy_tree() {  # the tracked and untracked (not ignored) files mutmut needs, as they are now
+  (cd "$ROOT" && git ls-files -z -co --exclude-standard -- \
+      mbds controller backend loadgen tests pyproject.toml \
+    | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$1"
+}
+
+SUMMARY=()
+selected=("$@")
+start=$SECONDS
+for entry in "${MODULES[@]}"; do
+  IFS='|' read -r name file patterns tests <<<"$entry"
+  if (( ${#selected[@]} )) && [[ ! " ${selected[*]} " == *" $name "* ]]; then
+    continue
+  fi
+  [[ -f "$ROOT/tests/test_mutants_$name.py" ]] && tests="$tests tests/test_mutants_$name.py"
+  if [[ -z "${tests// /}" ]]; then
+    echo "=== $name: no fast tests, skipped" >&2
+    SUMMARY+=("$(printf '%-12s %-26s %s' "$name" "$file" "no fast tests: not run")")
+    continue
+  fi
+  dir="$WORK/$name"
+  mkdir -p "$dir"
+  copy_tree "$dir"
+  printf '%s\n' "$PLUGIN" >"$dir/mutation_hypothesis.py"
+  {
+    echo "[mutmut]"
+    printf 'source_paths =\n  mbds\n  controller\n  backend\n'
+    printf 'only_mutate =\n  %s\n' "$file"
+    echo "also_copy = mutation_hypothesis.py"
+    echo "pytest_add_cli_args_test_selection ="
+    for t in $tests; do echo "  $t"; done
+    printf 'pytest_add_cli_args =\n  -p\n  mutation_hypothesis\n  -p\n  no:cacheprovider\n'
+    echo "use_git_change_detection = false"
+  } >"$dir/setup.cfg"
+  echo "=== $name: $file (tests: $tests)"
+  t0=$SECONDS
+  # shellcheck disable=SC2086  # the patterns are globs for mutmut, not for the shell
+  (cd "$dir" && set -f && python -m mutmut run --max-children "$JOBS" $patterns >"$dir/run.log" 2>&1) \
+    || { tail -40 "$dir/run.log"; echo "mutmut failed on $name" >&2; exit 1; }
+  line=$(cd "$dir" && set -f && python - $patterns <<'EOF'
+import fnmatch
+import subprocess
+import sys
+
+pats = sys.argv[1:]
+out = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"],
+                     capture_output=True, text=True, check=True).stdout
+rows = [ln.strip().rsplit(": ", 1) for ln in out.splitlines() if ": " in ln]
+rows = [(k, s) for k, s in rows if any(fnmatch.fnmatch(k, p) for p in pats)]
+# A timeout is a detected mutant too (it made a test hang: pytest-timeout fails it).
+survivors = [k for k, s in rows if s not in ("killed", "timeout")]
+print(f"{len(survivors)} not killed:", file=sys.stderr)
+for k in survivors:
+    print(subprocess.run([sys.executable, "-m", "mutmut", "show", k], capture_output=True,
+                         text=True).stdout, file=sys.stderr)
+killed = len(rows) - len(survivors)
+timeouts = sum(s == "timeout" for _, s in rows)
+print(f"{killed} / {len(rows)} killed ({timeouts} by timeout), {len(survivors)} not killed")
+EOF
+  )
+  echo "--- $name: $line ($((SECONDS - t0)) s)"
+  SUMMARY+=("$(printf '%-12s %-26s %s' "$name" "$file" "$line")")
+done
+
+echo
+echo "=== mutation score (mutmut $(python -c 'import importlib.metadata as m; print(m.version("mutmut"))'), $((SECONDS - start)) s)"
+printf '%s\n' "${SUMMARY[@]}"

@@ -1,0 +1,151 @@
+"""IIG's definitions, id allocation and placement on the census database, in process, for
+the mutants tests/test_directory.py lets live (docs/mutation.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.iig import Iig
+from mbds.directory import Directory
+from mbds.errors import DefinitionError
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import Attribute, FileSchema, parse_definition
+from tests.conftest import CENSUS_YAML
+
+CENSUS, STATES = parse_definition(CENSUS_YAML)
+
+
+def descriptors_of(d: Directory, file: str) -> set[tuple]:
+    return {(x.attr, x.kind, x.low, x.high, x.value) for x in d.descriptors.values()
+            if x.file == file}
+
+
+def key(iig: Iig, city: str, pop: int, state: str) -> list:
+    rec = {"FILE": "CENSUS", "CITY": city, "POP": pop, "STATE": state}
+    return [rec[a] for a in iig.directory.files["CENSUS"].directory_attributes]
+
+
+def test_a_definition_creates_every_directory_attributes_descriptors() -> None:
+    iig = Iig(Directory())
+    out = iig.define([CENSUS])
+    assert out.created == ["CENSUS"]
+    # FILE is a type-B attribute; each directory attribute has its no-descriptor class;
+    # AREA (not a directory attribute) has nothing, and STATE comes after it.
+    assert descriptors_of(iig.directory, "CENSUS") == {
+        ("FILE", "B", None, None, "CENSUS"),
+        ("CITY", "N", None, None, None),
+        ("POP", "N", None, None, None), ("POP", "A", 0, 999, None),
+        ("POP", "A", 1000, 4999, None),
+        ("STATE", "N", None, None, None), ("STATE", "B", None, None, "CA"),
+        ("STATE", "B", None, None, "NY")}
+
+
+def test_a_stored_file_in_a_definition_does_not_stop_the_files_after_it() -> None:
+    iig = Iig(Directory())
+    iig.define([CENSUS])
+    out = iig.define([CENSUS, STATES])
+    assert out.unchanged == ["CENSUS"] and out.created == ["STATES"]
+    assert set(iig.directory.files) == {"CENSUS", "STATES"}
+
+
+def test_redefining_a_file_differently_names_what_may_change() -> None:
+    iig = Iig(Directory())
+    iig.define([CENSUS])
+    other = parse_definition(CENSUS_YAML.replace("[0, 999]", "[0, 99]"))
+    with pytest.raises(DefinitionError, match=r"^file CENSUS is already defined differently; "
+                       r"a stored file's template and directory cannot be changed "
+                       r"\(its indexes can\)$"):
+        iig.define(other)
+
+
+def test_a_new_type_c_value_gets_a_type_c_descriptor() -> None:
+    iig = Iig(Directory())
+    iig.define([CENSUS])
+    update = pb.DirectoryUpdate()
+    cid = iig.cluster_of("CENSUS", key(iig, "Carmel", 25, "CA"), update)
+    [new] = update.descriptors
+    assert (new.attr, new.kind) == ("CITY", "C")
+    assert ("CITY", "C", None, None, "Carmel") in descriptors_of(iig.directory, "CENSUS")
+    assert [c.id for c in update.clusters] == [cid]
+
+
+def test_a_cluster_definition_teaches_another_directory_the_cluster() -> None:
+    iig = Iig(Directory())
+    iig.define([CENSUS])
+    cid = iig.cluster_of("CENSUS", key(iig, "Carmel", 25, "CA"), pb.DirectoryUpdate())
+    other = Directory()
+    other.apply(pb.DirectoryUpdate(files=iig.directory.to_update().files,
+                                   descriptors=[d.to_pb() for d in iig.directory.descriptors
+                                                .values() if d.attr != "CITY"]))
+    definition = iig.cluster_definition(cid)
+    assert [c.id for c in definition.clusters] == [cid]
+    other.apply(definition)
+    assert other.clusters[cid] == iig.directory.clusters[cid]
+    assert other.descriptor_key("CENSUS", key(iig, "Carmel", 25, "CA")) == list(
+        iig.directory.clusters[cid][1])
+    assert other.cluster_search("CENSUS", {}) == {cid}
+
+
+def test_resync_allocates_after_ids_another_iig_added() -> None:
+    d = Directory()
+    mine, theirs = Iig(d), Iig(d)
+    theirs.define([CENSUS])                      # ids mine has not allocated
+    for city in ("Carmel", "Albany"):
+        theirs.cluster_of("CENSUS", key(theirs, city, 25, "CA"), pb.DirectoryUpdate())
+    before_d, before_c = set(d.descriptors), set(d.clusters)
+    mine.resync()
+    update = pb.DirectoryUpdate()
+    cid = mine.cluster_of("CENSUS", key(mine, "Monterey", 25, "CA"), update)
+    [new] = update.descriptors
+    assert new.id not in before_d and cid not in before_c
+    assert d.descriptor_key("CENSUS", key(mine, "Monterey", 25, "CA")) == list(d.clusters[cid][1])
+    # Resync never goes back over ids it has handed out itself.
+    mine.resync()
+    cid2 = mine.cluster_of("CENSUS", key(mine, "Monterey", 2000, "CA"), pb.DirectoryUpdate())
+    assert cid2 not in before_c | {cid}
+
+
+def placements(iig: Iig, records: list[tuple[int, list[str]]]) -> None:
+    """Places records (cluster id, backends then) and checks each goes where SPEC says: to
+    the backend with the fewest records of its cluster, then the fewest records overall,
+    then the first; counting what the coordinator read from the backends at admission."""
+    per = {c: dict(n) for c, n in iig.counts.items()}
+    total = dict(iig.totals)
+    for cid, backends in records:
+        want = min(range(len(backends)), key=lambda i: (
+            per.get(cid, {}).get(backends[i], 0), total.get(backends[i], 0), i))
+        assert iig.choose_backend(cid, backends) == want
+        name = backends[want]
+        per.setdefault(cid, {})[name] = per.get(cid, {}).get(name, 0) + 1
+        total[name] = total.get(name, 0) + 1
+
+
+B2 = ["b0", "b1"]
+
+
+def test_placement_of_a_fresh_cluster_prefers_the_emptier_backend() -> None:
+    placements(Iig(Directory()), [(1, B2), (2, B2), (3, B2), (4, ["b0", "b1", "b2"])])
+
+
+@pytest.mark.parametrize("counts, totals, records", [
+    # b1 joins with many records of other clusters, none of cluster 7
+    ({7: {"b0": 1}}, {"b0": 1, "b1": 4}, [(7, B2)] * 4),
+    ({7: {"b0": 2}}, {"b0": 2, "b1": 10}, [(7, B2)] * 6),
+    # b1 joins empty: single-record clusters go to it until it catches up
+    ({1: {"b0": 5}}, {"b0": 5}, [(c, B2) for c in range(2, 10)]),
+])
+def test_placement_continues_from_the_counts_read_at_admission(
+        counts: dict, totals: dict, records: list) -> None:
+    iig = Iig(Directory())
+    for cid, per in counts.items():               # as the coordinator admits backends
+        iig.counts[cid] = dict(per)
+    iig.totals.update(totals)
+    placements(iig, records)
+
+
+def test_a_schema_built_in_code_needs_no_descriptor_specs() -> None:
+    iig = Iig(Directory())
+    schema = FileSchema("G", [Attribute("K", "string", "C"), Attribute("V", "integer")])
+    assert iig.define([schema]).created == ["G"]
+    assert descriptors_of(iig.directory, "G") == {("FILE", "B", None, None, "G"),
+                                                  ("K", "N", None, None, None)}

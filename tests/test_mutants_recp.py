@@ -1,0 +1,192 @@
+"""RECP's statements on a real record table (the store's own DDL, in memory): what INSERT,
+RETRIEVE's target list, partial aggregates, DELETE and UPDATE do to which records
+(docs/mutation.md)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from backend import recp
+from backend.recp import FilePlan
+from backend.store import Store
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
+from mbds.values import from_pb, to_pb
+from tests.conftest import CENSUS_YAML
+
+CENSUS = next(s for s in parse_definition(CENSUS_YAML) if s.name == "CENSUS")
+ATTRS = ["CITY", "POP", "AREA", "STATE"]          # the file's attribute order
+
+# cluster -> records (CITY, POP, AREA, STATE, body)
+RECORDS = {
+    1: [("Monterey", 25, 8.5, "CA", "by the sea"), ("Carmel", 2000, 1.0, "CA", None)],
+    2: [("Albany", 9000, 21.0, "NY", ""), ("Buffalo", None, None, "NY", None)],
+    3: [("Austin", 500, 300.0, "TX", None)],
+}
+
+
+def placed(cid: int, rec: tuple) -> pb.PlacedRecord:
+    r = pb.PlacedRecord(cluster_id=cid, values=[to_pb(v) for v in rec[:4]])
+    if rec[4] is not None:
+        r.body = rec[4]
+    return r
+
+
+def table() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:")
+    Store._create_file_table(conn, CENSUS)
+    for cid, recs in RECORDS.items():
+        assert recp.insert(conn, CENSUS, [placed(cid, r) for r in recs]) == len(recs)
+    return conn
+
+
+def plan(clusters: list[int], conjunctions: list | None = None,
+         every: bool = False) -> FilePlan:
+    return FilePlan(CENSUS, clusters, [] if conjunctions is None else conjunctions, every)
+
+
+def retrieve(conn: sqlite3.Connection, p: FilePlan, attrs: list[str]) -> list[list]:
+    return [row for b in recp.retrieve_batches(conn, p, attrs, 0)
+            for row in json.loads(b.rows.rows_json)]
+
+
+def stored(conn: sqlite3.Connection) -> list[tuple]:
+    """Every record as (cluster, CITY, POP, AREA, STATE, body), by city."""
+    return sorted(conn.execute('SELECT cluster_id, "CITY", "POP", "AREA", "STATE", _body '
+                               "FROM r_CENSUS"), key=lambda r: r[1])
+
+
+ALL = sorted((cid, *r) for cid, recs in RECORDS.items() for r in recs)
+
+
+def test_insert_stores_each_record_in_its_cluster_with_its_body() -> None:
+    conn = table()
+    assert stored(conn) == sorted(ALL, key=lambda r: r[1])
+    assert recp.insert(conn, CENSUS, []) == 0
+
+
+@pytest.mark.parametrize("every", [False, True])
+def test_targets_file_body_and_attributes_the_file_lacks(every: bool) -> None:
+    conn = table()
+    rows = retrieve(conn, plan([1, 2, 3], every=every), ["FILE", "CITY", "BODY", "NAME"])
+    assert sorted(rows) == sorted(["CENSUS", r[0], r[4], None]
+                                  for recs in RECORDS.values() for r in recs)
+
+
+def test_a_plan_without_conjunctions_matches_every_record_of_its_clusters() -> None:
+    conn = table()
+    assert sorted(retrieve(conn, plan([2]), ["CITY"])) == [["Albany"], ["Buffalo"]]
+    assert sorted(retrieve(conn, plan([1, 2, 3], every=True), ["CITY"])) == sorted(
+        [r[0]] for recs in RECORDS.values() for r in recs)
+
+
+def groups(conn: sqlite3.Connection, p: FilePlan, items: list[str], by: str) -> dict:
+    out = {}
+    for reply in recp.aggregate_groups(conn, p, items, by, 7):
+        assert reply.request_index == 7
+        g = reply.group
+        out[from_pb(g.key)] = (g.records, [
+            (from_pb(g.sums[j]), g.counts[j], from_pb(g.mins[j]), from_pb(g.maxs[j]))
+            for j in range(len(items))])
+    return out
+
+
+def test_partial_aggregates_per_group() -> None:
+    conn = table()
+    got = groups(conn, plan([1, 2, 3], [[("POP", ">", 100)], [("STATE", "=", "NY")]]),
+                 ["POP", "AREA", "NAME"], "STATE")
+    assert got == {
+        "CA": (1, [(2000, 1, 2000, 2000), (1.0, 1, 1.0, 1.0), (None, 0, None, None)]),
+        "NY": (2, [(9000, 1, 9000, 9000), (21.0, 1, 21.0, 21.0), (None, 0, None, None)]),
+        "TX": (1, [(500, 1, 500, 500), (300.0, 1, 300.0, 300.0), (None, 0, None, None)]),
+    }
+
+
+def test_partial_aggregates_without_by_and_over_some_clusters() -> None:
+    conn = table()
+    [(key, (records, [pop, city]))] = groups(conn, plan([1, 2]), ["POP", "CITY"], "").items()
+    assert (key, records, pop, city[1:]) == (None, 4, (11025, 3, 25, 9000),
+                                             (4, "Albany", "Monterey"))
+    # Nothing matches: no group at all (rather than a group of no records).
+    assert groups(conn, plan([1, 2], [[("POP", ">", 10**6)]]), ["POP"], "") == {}
+    assert groups(conn, plan([]), ["POP"], "STATE") == {}
+
+
+def test_delete_removes_the_matching_records_of_the_plans_clusters() -> None:
+    conn = table()
+    assert recp.delete(conn, plan([1, 2], [[("POP", ">", 100)]])) == 2
+    assert [r[1] for r in stored(conn)] == ["Austin", "Buffalo", "Monterey"]
+    assert recp.delete(conn, plan([])) == 0
+    assert recp.delete(conn, plan([3], [[("POP", "=", 500)]], every=True)) == 1
+    assert [r[1] for r in stored(conn)] == ["Buffalo", "Monterey"]
+
+
+def modifier(attr: str, value: object = None, source: str = "", arith: str = "") -> pb.Modifier:
+    m = pb.Modifier(attr=attr, source=source, arith=arith)
+    to_pb(value, m.value)
+    return m
+
+
+@pytest.mark.parametrize("m, pops", [
+    (modifier("POP", 7), {"Monterey": 7, "Carmel": 7}),
+    (modifier("POP", 10, "POP", "*"), {"Monterey": 250, "Carmel": 20000}),
+    (modifier("POP", 1, "POP", "-"), {"Monterey": 24, "Carmel": 1999}),
+])
+def test_update_sets_the_matching_records_of_the_plans_clusters(m: pb.Modifier,
+                                                                pops: dict) -> None:
+    conn = table()
+    assert recp.update(conn, plan([1, 3], [[("STATE", "=", "CA")]]), m) == 2
+    after = {r[1]: r[2] for r in stored(conn)}
+    assert after == {"Monterey": 25, "Carmel": 2000, "Albany": 9000, "Buffalo": None,
+                     "Austin": 500, **pops}
+
+
+def test_update_from_another_attribute_and_of_no_clusters() -> None:
+    conn = table()
+    assert recp.update(conn, plan([1]), modifier("AREA", source="POP")) == 2
+    assert {r[1]: r[3] for r in stored(conn) if r[0] == 1} == {"Monterey": 25.0,
+                                                                "Carmel": 2000.0}
+    before = stored(conn)
+    assert recp.update(conn, plan([]), modifier("POP", 1)) == 0
+    assert stored(conn) == before
+
+
+@pytest.mark.parametrize("m, new_pops", [
+    (modifier("POP", 1000, "POP", "+"), {"Monterey": 1025, "Carmel": 3000}),
+    (modifier("POP", 5000), {"Monterey": 5000, "Carmel": 5000}),
+])
+def test_update_moving_asks_for_each_records_new_cluster(m: pb.Modifier,
+                                                         new_pops: dict) -> None:
+    conn = table()
+    asked = []
+
+    def cluster_of(file: str, values: list) -> int:
+        asked.append((file, values))
+        return 10 + len(asked)
+
+    assert recp.update_moving(conn, plan([1, 2], [[("STATE", "=", "CA")]]), m, cluster_of) == 2
+    # The new directory values (FILE, CITY, POP, STATE), POP computed by SQLite.
+    assert sorted(asked, key=lambda a: a[1][1]) == sorted(
+        [("CENSUS", ["CENSUS", city, pop, "CA"]) for city, pop in new_pops.items()],
+        key=lambda a: a[1][1])
+    moved = {r[1]: (r[0], r[2]) for r in stored(conn) if r[0] > 10}
+    assert {c: p for c, (_, p) in moved.items()} == new_pops
+    assert sorted(cid for cid, _ in moved.values()) == [11, 12]
+    assert len(stored(conn)) == len(ALL)
+    assert recp.update_moving(conn, plan([]), m, cluster_of) == 0 and len(asked) == 2
+
+
+def test_update_moving_of_the_state_keeps_the_other_values() -> None:
+    conn = table()
+    asked = []
+
+    def cluster_of(file: str, values: list) -> int:
+        asked.append(values)
+        return 99
+
+    assert recp.update_moving(conn, plan([3]), modifier("STATE", "OK"), cluster_of) == 1
+    assert asked == [["CENSUS", "Austin", 500, "OK"]]
+    assert [r for r in stored(conn) if r[0] == 99] == [(99, "Austin", 500, 300.0, "OK", None)]
