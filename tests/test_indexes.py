@@ -4,12 +4,21 @@ changing an answer."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
+import grpc
 import pytest
 
+from backend import dm
+from backend.execution import RecpExecution
+from controller.reqp import Reqp
 from mbds.client import ClientError
+from mbds.directory import Directory
+from mbds.proto import mbds_pb2 as pb
+from mbds.proto import mbds_pb2_grpc as rpc
 from tests.conftest import Running, backend_digests
 
 DEF = """
@@ -38,10 +47,43 @@ def _indexes(db: Path) -> set[str]:
             "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'ix_ITEM_a_%'")}
 
 
-def _plan(db: Path, where: str) -> str:
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        return " ".join(str(row[-1]) for row in conn.execute(
-            f'EXPLAIN QUERY PLAN SELECT * FROM "r_ITEM" WHERE {where}', (1,)))
+def _recp(r: Running, i: int, query: str) -> tuple[list[tuple], list[str]]:
+    """RECP's own statements for `query` on backend i, and their query plans.
+
+    The request goes the way a traffic unit does: REQP checks it, DM searches the
+    directory (backend i's, asked over gRPC) and plans it, and RECP's read path runs
+    the plan on backend i's SQLite file (read-only) with every statement it executes
+    traced. Returns RECP's rows and the plan SQLite made for each traced statement.
+    """
+    with grpc.insecure_channel(r.cluster.backends[i].address or "") as ch:
+        reply = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10)
+    directory = Directory()
+    directory.apply(reply.directory)
+    prepared, _ = Reqp(directory).prepare(query)
+    tu = pb.TrafficUnit(requests=[p.request for p in prepared])
+    [plan] = dm.plan_requests(directory, tu, dm.descriptor_search(directory, tu, 0, 1))
+    statements: list[str] = []
+    with closing(sqlite3.connect(f"file:{_files(r)[i]}?mode=ro", uri=True)) as conn:
+        conn.set_trace_callback(statements.append)     # the SQL as run, values bound
+        rows = [tuple(row) for msg in RecpExecution._reads(conn, 0, plan)
+                for row in json.loads(msg.rows.rows_json)]
+        conn.set_trace_callback(None)
+        plans = [" ".join(str(step[-1]) for step in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+                 for sql in statements]
+    assert plans, f"RECP ran no statement for {query}"
+    return rows, plans
+
+
+def _index_use(r: Running, query: str, answer: list[tuple]) -> list[str]:
+    """The plans of RECP's statements for `query` on every backend, after checking that
+    those statements are what answers it: their rows, over all backends, are `answer`."""
+    rows, plans = [], []
+    for i in range(len(r.cluster.backends)):
+        got, p = _recp(r, i, query)
+        rows += got
+        plans += p
+    assert sorted(rows) == answer
+    return plans
 
 
 def _answers(r: Running) -> list[list[tuple]]:
@@ -61,14 +103,17 @@ def test_indexes_are_built_used_changed_and_kept(cluster_factory) -> None:  # no
         1, sum(n > 90 for n in nums.values()), sum(i % 7 == 3 for i in nums),
         sum(i <= 50 and n < 20 for i, n in nums.items())]
     assert all(_indexes(db) == set() for db in _files(r))
+    assert not any("ix_ITEM_a_" in p for p in _index_use(r, QUERIES[0], plain[0]))
 
     # Adding indexes to a stored file builds them on every backend; answers do not change.
     reply = r.client.define(DEF % "[NUM, TAG]")
     assert list(reply.files_reindexed) == ["ITEM"] and not reply.files_created
     for db in _files(r):
         assert _indexes(db) == {"ix_ITEM_a_NUM", "ix_ITEM_a_TAG"}
-        assert "ix_ITEM_a_NUM" in _plan(db, '"NUM" = ?')   # what RECP's scan becomes
     assert _answers(r) == plain
+    # RECP's own statements for a predicate on an indexed attribute search the index.
+    assert all("USING INDEX ix_ITEM_a_NUM" in p for p in _index_use(r, QUERIES[0], plain[0]))
+    assert all("USING INDEX ix_ITEM_a_TAG" in p for p in _index_use(r, QUERIES[2], plain[2]))
     assert len(set(backend_digests(r))) == 1
     assert list(r.client.define(DEF % "[TAG, NUM]").files_unchanged) == ["ITEM"]
 
@@ -83,6 +128,10 @@ def test_indexes_are_built_used_changed_and_kept(cluster_factory) -> None:  # no
     # Leaving an index out of the definition drops it.
     assert list(r.client.define(DEF % "[TAG]").files_reindexed) == ["ITEM"]
     assert all(_indexes(db) == {"ix_ITEM_a_TAG"} for db in _files(r))
+    answer = sorted([*plain[0], (101, 77, "t3")])
+    assert not any("ix_ITEM_a_NUM" in p for p in _index_use(r, QUERIES[0], answer))
+    assert all("USING INDEX ix_ITEM_a_TAG" in p
+               for p in _index_use(r, QUERIES[2], sorted([*plain[2], (101,)])))
 
 
 def test_a_bad_index_definition_changes_nothing(cluster_factory) -> None:  # noqa: ANN001
