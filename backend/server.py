@@ -132,8 +132,10 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     print(f"backend {node_name} listening on {host}:{port}", flush=True)
     await until_stopped(ready)
     await health_servicer.enter_graceful_shutdown()
-    await server.stop(grace)
+    # Our streams to the peers end first: a peer stopping at the same time then has no
+    # open stream from us to wait its grace period for.
     await node.peer_links.close()
+    await server.stop(grace)
     node.writer.shutdown(wait=True)
     store.close()
     log.info("backend %s stopped", node_name)

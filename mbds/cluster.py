@@ -199,8 +199,12 @@ class LocalCluster:
                 time.sleep(0.2)
 
     def stop(self) -> None:
+        # The controller first (no new work), then every backend at once: a backend
+        # stopped alone waits out its grace period for its peers' open streams.
         if self.controller is not None:
             self.controller.stop()
+        for p in self.backends:
+            p.signal(signal.SIGTERM)
         for p in self.backends:
             p.stop()
         from mbds.cpulimit import remove
