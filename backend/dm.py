@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from backend.cc import IS, IX, S, X, join
-from backend.recp import SQL_OPS, FilePlan
-from mbds.directory import RELOP_NAMES, Directory
+from backend.recp import FilePlan
+from mbds import traffic
+from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
+from mbds.traffic import RELOPS
 from mbds.values import from_pb
 
 # predicate index -> descriptor ids that may satisfy it, or None (no directory attribute)
@@ -25,21 +27,7 @@ DescriptorResults = dict[int, set[int] | None]
 
 def predicates(tu: pb.TrafficUnit) -> Iterator[tuple[int, pb.Conjunction, pb.Predicate]]:
     """Every predicate of the traffic unit with its global index (the m of SPEC §4)."""
-    i = 0
-    for req in tu.requests:
-        for retrieval in _retrievals(req):
-            for conj in retrieval.query.conjunctions:
-                for p in conj.predicates:
-                    yield i, conj, p
-                    i += 1
-
-
-def _retrievals(req: pb.Request) -> list[pb.Retrieval]:
-    if req.op == pb.INSERT:
-        return []
-    if req.op == pb.RETRIEVE_COMMON:
-        return [req.retrieval, req.right]
-    return [req.retrieval]
+    return traffic.predicates(tu.requests)
 
 
 def descriptor_search(directory: Directory, tu: pb.TrafficUnit, index: int,
@@ -49,7 +37,7 @@ def descriptor_search(directory: Directory, tu: pb.TrafficUnit, index: int,
     for i, conj, p in predicates(tu):
         if i % n == index:
             found[i] = directory.descriptor_search(
-                list(conj.files), p.attr, RELOP_NAMES[p.op], from_pb(p.value))
+                list(conj.files), p.attr, RELOPS[p.op], from_pb(p.value))
     return found
 
 
@@ -97,7 +85,7 @@ def _plan_retrieval(directory: Directory, retrieval: pb.Retrieval, start: int,
             if dids is not None:
                 allowed[p.attr] = allowed[p.attr] & dids if p.attr in allowed else set(dids)
             if p.attr != "FILE":     # FILE is settled by the choice of file
-                record_preds.append((p.attr, SQL_OPS[p.op], from_pb(p.value)))
+                record_preds.append((p.attr, RELOPS[p.op], from_pb(p.value)))
         for f in conj.files:
             schema = directory.files[f]
             mine = {a: d for a, d in allowed.items() if a in schema.directory_attributes}

@@ -25,7 +25,6 @@ from mbds.values import Value, from_pb, to_pb
 BATCH_ROWS = 4000
 BATCH_BYTES = 1 << 20      # …and about this much JSON: well under gRPC's 4 MiB limit
 STEP_ROWS = 100            # rows fetched and encoded per step
-SQL_OPS = ["=", "!=", "<", "<=", ">", ">="]   # indexed by pb.Relop
 
 
 @dataclass

@@ -25,6 +25,7 @@ from mbds.directory import Directory
 from mbds.errors import BackendUnavailable, DefinitionError, SemanticError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
+from mbds.traffic import predicate_count
 from mbds.values import Value, from_pb, to_pb
 
 log = logging.getLogger("mbds.controller")
@@ -217,8 +218,7 @@ class Coordinator:
             for tu in tus.values():
                 tu.requests.append(p.request)
         insert_clusters = self._place_inserts(prepared, update, tus)
-        m = sum(len(c.predicates) for p in prepared for r in (p.request.retrieval,
-                p.request.right) for c in r.query.conjunctions)
+        m = predicate_count(p.request for p in prepared)
         for tu in tus.values():
             tu.directory.CopyFrom(update)
             tu.predicate_count = m

@@ -14,9 +14,9 @@ from mbds.directory import Directory
 from mbds.errors import SemanticError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
+from mbds.traffic import COMPARE, RELOP_PB
 from mbds.values import Value, to_pb
 
-RELOPS = {"=": pb.EQ, "!=": pb.NE, "<": pb.LT, "<=": pb.LE, ">": pb.GT, ">=": pb.GE}
 OPS = {"INSERT": pb.INSERT, "DELETE": pb.DELETE, "UPDATE": pb.UPDATE, "RETRIEVE": pb.RETRIEVE,
        "RETRIEVE_COMMON": pb.RETRIEVE_COMMON}
 
@@ -102,9 +102,7 @@ class Reqp:
                                     f"got {_describe(p.value)}")
             if p.op == "=":
                 named = self._file(p.value, p.pos)
-            test = {"=": str.__eq__, "!=": str.__ne__, "<": str.__lt__, "<=": str.__le__,
-                    ">": str.__gt__, ">=": str.__ge__}[p.op]
-            files = [f for f in files if test(f.name, p.value.upper())]
+            files = [f for f in files if COMPARE[p.op](f.name, p.value.upper())]
         for p in conj.predicates:
             if p.attr == "FILE":
                 continue
@@ -133,7 +131,7 @@ class Reqp:
                         if a.type == "integer" and isinstance(p.value, float):
                             a = Attribute(a.name, "float")   # 2 < 2.5 compares fine
                         value = check_value(a, p.value, p.pos, f.name)
-                c.predicates.add(attr=p.attr, op=RELOPS[p.op], value=to_pb(value))
+                c.predicates.add(attr=p.attr, op=RELOP_PB[p.op], value=to_pb(value))
             for f in files:
                 all_files[f.name] = f
         return out, list(all_files.values())

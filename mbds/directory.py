@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
+from mbds.traffic import COMPARE
 from mbds.values import Value, from_pb, to_pb
 
 
@@ -44,13 +45,6 @@ class Descriptor:
     def from_pb(d: pb.Descriptor) -> Descriptor:
         return Descriptor(d.id, d.file, d.attr, d.kind, from_pb(d.low), from_pb(d.high),
                           from_pb(d.value))
-
-
-_OPS = {
-    "=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
-}
-RELOP_NAMES = ["=", "!=", "<", "<=", ">", ">="]   # indexed by pb.Relop
 
 
 class AttrIndex:
@@ -98,7 +92,7 @@ class AttrIndex:
         if op == "=":
             hit = self.find(value)
             return set() if hit is None else {hit}
-        test = _OPS[op]
+        test = COMPARE[op]
         found: set[int] = set()
         if self.kind == "A":
             for low, high, did in zip(self.lows, self.highs, self.range_ids, strict=True):

@@ -13,14 +13,13 @@ from typing import Any
 import yaml
 
 from mbds.errors import DefinitionError
+from mbds.values import Scalar, Value
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TYPES = ("integer", "float", "string")
 # FILE is every record's first keyword; BODY is the record body's result key.
 RESERVED = {"FILE", "BODY", "ALL", "AND", "OR", "BY", "COMMON", "INSERT", "DELETE", "UPDATE",
             "RETRIEVE", "AVG", "COUNT", "SUM", "MIN", "MAX"}
-
-Value = int | float | str
 
 
 @dataclass(frozen=True)
@@ -43,9 +42,9 @@ class Attribute:
 class DescriptorSpec:
     """A type-A range or type-B value given in the definition (type C has none)."""
     kind: str                      # A | B
-    low: Value | None = None
-    high: Value | None = None
-    value: Value | None = None
+    low: Value = None
+    high: Value = None
+    value: Value = None
 
 
 @dataclass
@@ -84,7 +83,7 @@ def _ident(name: object, what: str) -> str:
     return upper
 
 
-def _typed(value: object, attr: Attribute, where: str) -> Value:
+def _typed(value: object, attr: Attribute, where: str) -> Scalar:
     if not attr.accepts(value):
         raise DefinitionError(f"{where}: {value!r} is not a {attr.type} value for {attr.name}")
     return float(value) if attr.type == "float" else value  # type: ignore[return-value,arg-type]

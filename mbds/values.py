@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mbds.proto import mbds_pb2 as pb
 
-Value = int | float | str | None
+Scalar = int | float | str       # a value a record or a request states
+Value = Scalar | None             # … or null (a missing keyword)
 
 
 def to_pb(v: Value, out: pb.Value | None = None) -> pb.Value:

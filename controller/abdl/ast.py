@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-Value = int | float | str
+from mbds.traffic import RELOPS as RELOPS  # re-exported for the parser
+from mbds.values import Scalar as Value
 
-RELOPS: tuple[str, ...] = ("=", "!=", "<", "<=", ">", ">=")
 AGGREGATES: tuple[str, ...] = ("AVG", "COUNT", "SUM", "MIN", "MAX")
 ARITH_OPS: tuple[str, ...] = ("+", "-", "*", "/")
 
