@@ -70,6 +70,7 @@ class TuState:
     # PP's decision on a prepared write, read by the writer thread.
     decided: threading.Event = field(default_factory=threading.Event)
     commit: bool = False
+    expiry: asyncio.TimerHandle | None = None   # forgets it if its traffic unit never comes
 
 
 @dataclass
@@ -111,13 +112,21 @@ class BackendNode(RecpExecution):
         process, name = handler.split(".")
         return metrics.handler(process.upper(), name, self.name)
 
-    def state(self, key: tuple[str, int]) -> TuState:
+    def state(self, key: tuple[str, int], *, arriving: bool = False) -> TuState:
+        """The unit's state; `arriving` when its traffic unit itself has come."""
         st = self.tus.get(key)
         if st is None:
             st = self.tus[key] = TuState(key)
-            # Forget it if its traffic unit never shows up (e.g. late peer ids of a
-            # unit already finished here); a running unit re-arms this when it ends.
-            self.loop.call_later(self.result_timeout * 2, self._forget_unarrived, key, st)
+            if not arriving:
+                # Forget it if its traffic unit never shows up (e.g. late peer ids of a
+                # unit already finished here).
+                st.expiry = self.loop.call_later(self.result_timeout * 2,
+                                                 self._forget_unarrived, key, st)
+        elif arriving and st.expiry is not None:
+            # The unit came after its peers' ids: `_finish` forgets it now, and a timer
+            # left armed would keep it (and its traffic unit) alive long after.
+            st.expiry.cancel()
+            st.expiry = None
         return st
 
     def _forget_unarrived(self, key: tuple[str, int], st: TuState) -> None:
@@ -158,7 +167,7 @@ class BackendNode(RecpExecution):
 
     async def on_traffic_unit(self, tu: pb.TrafficUnit, bus: BusOut) -> None:
         key = (self.session.epoch, tu.seq)
-        st = self.state(key)
+        st = self.state(key, arriving=True)
         st.tu, st.bus, st.credits = tu, bus, bus.window
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):

@@ -35,3 +35,7 @@ from loadgen.users import users  # noqa: E402  (seed 000: IDM tests 1 and 2)
 bench.add_command(users)
 bench.add_command(tp)
 bench.add_command(kv)
+
+from loadgen.memory import memory  # noqa: E402  (resident memory per 10,000 units)
+
+bench.add_command(memory)
