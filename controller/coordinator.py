@@ -1,4 +1,4 @@
-"""The controller's core: REQP → IIG → broadcast on the bus → PP, for each traffic unit.
+"""The controller's core: REQP → IIG → bus → PP for each traffic unit, and membership.
 
 The controller keeps no files of its own. At start it reads every backend's
 directory, takes their union as the authoritative one (ids only ever come
@@ -13,20 +13,19 @@ import asyncio
 import contextlib
 import logging
 import re
-import uuid
 from collections.abc import AsyncIterator
 
 from controller import pp
+from controller.bus import BackendLink, Bus
 from controller.iig import Defined, Iig
-from controller.links import BackendLink
-from controller.reqp import OPS, Prepared, PreparedInsert, Reqp, check_value
+from controller.reqp import Prepared, Reqp
 from mbds import metrics
 from mbds.directory import Directory
-from mbds.errors import BackendUnavailable, DefinitionError, SemanticError
+from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
 from mbds.traffic import predicate_count
-from mbds.values import Value, from_pb, to_pb
+from mbds.values import Value
 
 log = logging.getLogger("mbds.controller")
 
@@ -45,16 +44,13 @@ class Coordinator:
         # least this many predicates (1: always, the paper's design).
         self.split_search_from = split_search_from
         self.metrics_url = metrics_url
-        self.epoch = uuid.uuid4().hex[:12]
-        self.links = [BackendLink(a) for a in addresses]
+        self.bus = Bus(addresses, internal_timing=internal_timing, iig_address=iig_address)
         self.directory = Directory()
         self.iig = Iig(self.directory)
         self.reqp = Reqp(self.directory)
-        self.iig_address = iig_address
         self.internal_timing = internal_timing
         self.timeout = timeout
         self.connect_timeout = connect_timeout
-        self.seq = 0
         self._connecting = asyncio.Lock()
         # Directory entries IIG allocated that no traffic unit has carried yet.
         self.unsent = pb.DirectoryUpdate()
@@ -63,6 +59,11 @@ class Coordinator:
         self._idle.set()
         self._open = asyncio.Event()       # cleared while the set of backends changes
         self._open.set()
+
+    @property
+    def links(self) -> list[BackendLink]:
+        """The backends, in bus order."""
+        return self.bus.links
 
     # ------------------------------------------------------------ joining --
     async def start(self) -> None:
@@ -91,15 +92,13 @@ class Coordinator:
                 per[reply.name] = c.records
             self.iig.totals[reply.name] = sum(c.records for c in reply.counts)
         self.iig.resync()
-        self.links = sorted({*self.links, *links}, key=lambda x: natural_key(x.name))
-        for i, link in enumerate(self.links):
-            link.index = i
+        self.bus.arrange(sorted({*self.links, *links}, key=lambda x: natural_key(x.name)))
         for link in self.links:
             digest = next((r.directory_digest for r in replies if r.name == link.name), None)
             if digest is None:
                 digest = (await link.hello(self.connect_timeout)).directory_digest
             await self._sync(link, digest)
-            link.open_bus(self._bus_hello(link))
+            self.bus.open(link)
 
     async def add_backends(self, addresses: list[str]) -> None:
         """A backend joined (e.g. `--scale backend=4`): admit it between traffic units."""
@@ -109,26 +108,16 @@ class Coordinator:
             return
         async with self._membership():
             await self._join(new)
-        log.info("backends now: %s", ", ".join(f"{x.name}@{x.address}" for x in self.links))
         log.info("controller joined %d backends: %s", len(self.links),
                  ", ".join(f"{x.name}@{x.address}" for x in self.links))
 
     async def _directory_of(self, link: BackendLink) -> pb.DirectoryReply:
         await link.hello(self.connect_timeout)
-        try:
-            return await link.stub.Directory(pb.DirectoryRequest(), timeout=self.timeout)
-        except Exception as e:
-            raise link.unavailable(str(e)) from None
+        return await link.directory(self.timeout)
 
     async def _sync(self, link: BackendLink, digest: str) -> None:
         if digest != self.directory.digest():
-            await link.stub.ApplyDirectory(self.directory.to_update(), timeout=self.timeout)
-
-    def _bus_hello(self, link: BackendLink) -> pb.BusHello:
-        return pb.BusHello(epoch=self.epoch, backend_index=link.index,
-                           peers=[x.address for x in self.links],
-                           internal_timing=self.internal_timing, iig_address=self.iig_address,
-                           credit_window=pp.WINDOW)
+            await link.apply_directory(self.directory.to_update(), self.timeout)
 
     async def ensure_up(self) -> None:
         """Reconnect any backend whose bus broke; refuse work while one is unreachable."""
@@ -140,47 +129,8 @@ class Coordinator:
                     continue
                 reply = await link.hello(min(2.0, self.connect_timeout))
                 await self._sync(link, reply.directory_digest)
-                link.open_bus(self._bus_hello(link))
+                self.bus.open(link)
                 log.info("backend %s rejoined", link.name)
-
-    # ------------------------------------------------------- traffic units --
-    def _broadcast(self, build: dict[int, pb.TrafficUnit], inbox: pp.Inbox) -> None:
-        """Give the traffic unit a place in the total order and put it on every bus;
-        PP's inbox is registered first, so no reply can come before it is there."""
-        down = [link for link in self.links if not link.up]
-        if down:
-            raise down[0].unavailable()
-        self.seq += 1
-        inbox.register(self.seq)
-        for link in self.links:
-            tu = build[link.index]
-            tu.seq = self.seq
-            link.send(pb.BusMessage(traffic_unit=tu))
-
-    def _place_inserts(self, prepared: list[Prepared], update: pb.DirectoryUpdate,
-                       tus: dict[int, pb.TrafficUnit]) -> list[int]:
-        """IIG: clusters and backends for every inserted record; the clusters per request."""
-        clusters_per_request = []
-        names = [link.name for link in self.links]
-        for i, p in enumerate(prepared):
-            clusters: set[int] = set()
-            for ins in p.inserts:
-                schema = self.directory.files[ins.file]
-                dvals = [ins.file] + [ins.values[schema.index[a]]
-                                      for a in schema.directory_attributes[1:]]
-                with metrics.handler("IIG", "place"):
-                    cid = self.iig.cluster_of(ins.file, dvals, update)
-                    b = self.iig.choose_backend(cid, names)
-                clusters.add(cid)
-                rec = tus[b].requests[i].records.add(cluster_id=cid)
-                for v in ins.values:
-                    to_pb(v, rec.values.add())
-                if ins.body is not None:
-                    rec.body = ins.body
-            for b in tus:
-                tus[b].requests[i].record_count = len(p.inserts)
-            clusters_per_request.append(len(clusters))
-        return clusters_per_request
 
     @contextlib.asynccontextmanager
     async def _membership(self) -> AsyncIterator[None]:
@@ -192,6 +142,7 @@ class Coordinator:
         finally:
             self._open.set()
 
+    # ------------------------------------------------------- traffic units --
     async def run(self, prepared: list[Prepared], transaction: bool,
                   update: pb.DirectoryUpdate | None = None,
                   timeout: float | None = None) -> AsyncIterator[pb.ExecuteReplies]:
@@ -209,24 +160,24 @@ class Coordinator:
     async def _run(self, prepared: list[Prepared], transaction: bool,
                    update: pb.DirectoryUpdate | None,
                    timeout: float | None) -> AsyncIterator[pb.ExecuteReplies]:
+        """IIG places the inserts, the bus carries the unit (with every directory entry
+        not yet sent), PP answers."""
         await self.ensure_up()
         if update is not None:
             self.unsent.MergeFrom(update)
         update = self.unsent
-        tus = {link.index: pb.TrafficUnit(transaction=transaction) for link in self.links}
+        units = {link.index: pb.TrafficUnit(transaction=transaction) for link in self.links}
         for p in prepared:
-            for tu in tus.values():
+            for tu in units.values():
                 tu.requests.append(p.request)
-        insert_clusters = self._place_inserts(prepared, update, tus)
+        insert_clusters = self.iig.place_inserts(prepared, [x.name for x in self.links],
+                                                 update, units)
         m = predicate_count(p.request for p in prepared)
-        for tu in tus.values():
+        for tu in units.values():
             tu.directory.CopyFrom(update)
             tu.predicate_count = m
             tu.split_search = m >= self.split_search_from
-        timeout = timeout or self.timeout
-        inbox = pp.Inbox(list(self.links), asyncio.get_running_loop().time() + timeout, timeout,
-                         len(prepared))
-        self._broadcast(tus, inbox)
+        inbox = self.bus.broadcast(units, timeout or self.timeout, len(prepared))
         self.unsent = pb.DirectoryUpdate()
         async for reply in pp.gather(inbox, prepared, insert_clusters):
             yield reply
@@ -241,33 +192,9 @@ class Coordinator:
     async def load(self, chunk: pb.LoadRequest) -> AsyncIterator[pb.ExecuteReplies]:
         """Bulk INSERT: one traffic unit per chunk, checked like ABDL inserts."""
         with metrics.handler("REQP", "load"):
-            p = self._prepare_load(chunk)
+            p = self.reqp.prepare_load(chunk)
         async for reply in self.run([p], transaction=False):
             yield reply
-
-    def _prepare_load(self, chunk: pb.LoadRequest) -> Prepared:
-        schema = self.directory.files.get(chunk.file.upper())
-        if schema is None:
-            raise SemanticError(f"unknown file {chunk.file.upper()}")
-        names = [a.upper() for a in chunk.attributes]
-        for a in names:
-            if a not in schema.by_name:
-                raise SemanticError(f"unknown attribute {a} in file {schema.name}")
-        inserts = []
-        for r, row in enumerate(chunk.records):
-            if len(row.values) != len(names):
-                raise SemanticError(f"record {r}: {len(row.values)} values for "
-                                    f"{len(names)} attributes")
-            values: list[Value] = [None] * len(schema.attributes)
-            for a, v in zip(names, row.values, strict=True):
-                value = from_pb(v)
-                if value is not None:
-                    values[schema.index[a]] = check_value(schema.by_name[a], value, None,
-                                                          schema.name)
-            inserts.append(PreparedInsert(schema.name, values,
-                                          row.body if row.HasField("body") else None))
-        return Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name),
-                        inserts=inserts)
 
     async def define(self, text: str) -> Defined:
         schemas = parse_definition(text)
@@ -282,15 +209,10 @@ class Coordinator:
 
     async def place(self, file: str, values: list[Value], asker: str = "") -> pb.PlaceReply:
         """IIG for a record an UPDATE moved: its cluster, allocated centrally if new."""
-        if file not in self.directory.files:
-            raise DefinitionError(f"unknown file {file}")
-        update = pb.DirectoryUpdate()
-        cid = self.iig.cluster_of(file, values, update)
+        cid, update = self.iig.place_moved(file, values)
         if update.descriptors or update.clusters:
             # Every backend learns of the new cluster before the mover writes into it.
-            await asyncio.gather(*(link.stub.ApplyDirectory(update, timeout=self.timeout)
-                                   for link in self.links if link.up and link.name != asker),
-                                 return_exceptions=True)
+            await self.bus.push_directory(update, self.timeout, skip=asker)
         return pb.PlaceReply(cluster_id=cid, directory=self.iig.cluster_definition(cid))
 
     async def status(self) -> pb.StatusReply:
@@ -303,6 +225,4 @@ class Coordinator:
         return out
 
     async def close(self) -> None:
-        for link in self.links:
-            await link.close()
-
+        await self.bus.close()

@@ -10,12 +10,17 @@ every request touching it gets all backends working.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from mbds import metrics
 from mbds.directory import Descriptor, Directory, file_schema_to_pb
 from mbds.errors import DefinitionError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
-from mbds.values import Value
+from mbds.values import Value, to_pb
+
+if TYPE_CHECKING:
+    from controller.reqp import Prepared
 
 
 @dataclass
@@ -107,13 +112,15 @@ class Iig:
         d = self.directory
         key = d.descriptor_key(file, directory_values)
         attrs = d.files[file].directory_attributes
+        ids: list[int] = []
         for i, did in enumerate(key):
             if did is None:      # a type-C value seen for the first time
                 new = self._new_descriptor(file, attrs[i], "C", value=directory_values[i])
                 d.apply(pb.DirectoryUpdate(descriptors=[new]))
                 update.descriptors.append(new)
-                key[i] = new.id
-        dids = tuple(key)  # type: ignore[arg-type]
+                did = new.id
+            ids.append(did)
+        dids = tuple(ids)
         cid = d.cluster_ids.get((file, dids))
         if cid is None:
             cid = self.next_cluster
@@ -122,6 +129,41 @@ class Iig:
             d.apply(pb.DirectoryUpdate(clusters=[cluster]))
             update.clusters.append(cluster)
         return cid
+
+    def place_inserts(self, prepared: list[Prepared], backends: list[str],
+                      update: pb.DirectoryUpdate, units: dict[int, pb.TrafficUnit]) -> list[int]:
+        """Put every inserted record into the traffic unit of the backend that stores it
+        (`units` by index into `backends`), with its cluster; new entries go to `update`.
+        Returns the number of clusters each request touched."""
+        clusters_per_request = []
+        for i, p in enumerate(prepared):
+            clusters: set[int] = set()
+            for ins in p.inserts:
+                schema = self.directory.files[ins.file]
+                dvals = [ins.file] + [ins.values[schema.index[a]]
+                                      for a in schema.directory_attributes[1:]]
+                with metrics.handler("IIG", "place"):
+                    cid = self.cluster_of(ins.file, dvals, update)
+                    b = self.choose_backend(cid, backends)
+                clusters.add(cid)
+                rec = units[b].requests[i].records.add(cluster_id=cid)
+                for v in ins.values:
+                    to_pb(v, rec.values.add())
+                if ins.body is not None:
+                    rec.body = ins.body
+            for b in units:
+                units[b].requests[i].record_count = len(p.inserts)
+            clusters_per_request.append(len(clusters))
+        return clusters_per_request
+
+    def place_moved(self, file: str, directory_values: list[Value]
+                    ) -> tuple[int, pb.DirectoryUpdate]:
+        """The cluster of a record an UPDATE moved, and what was allocated for it (which
+        every backend must learn before the mover writes into it)."""
+        if file not in self.directory.files:
+            raise DefinitionError(f"unknown file {file}")
+        update = pb.DirectoryUpdate()
+        return self.cluster_of(file, directory_values, update), update
 
     def cluster_definition(self, cid: int) -> pb.DirectoryUpdate:
         """A cluster with its descriptors, for a backend that must learn of it."""

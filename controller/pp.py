@@ -1,115 +1,31 @@
-"""PP — post processing (SPEC §4 step 7): gather every backend's partial results.
+"""PP — post processing (SPEC §4 step 7): merge every backend's partial results.
 
 Plain retrieves stream straight through: each backend's JSON row batch is
-forwarded untouched (never decoded here), and PP reads the next batch only
-as the client takes the last, so the controller's memory does not grow with
+forwarded untouched (never decoded here), and PP returns a batch's credit
+only as the client takes it, so the controller's memory does not grow with
 the response set. Aggregates are finished here (AVG from the partial SUMs
 and COUNTs), BY groups merged, and RETRIEVE-COMMON joined (these two keep
-their groups / one side in memory).
+their groups / one side in memory). For a write PP decides, through the
+unit's inbox: every backend prepared → commit → every backend committed →
+acknowledge; anything else aborts the unit everywhere.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
-from controller.links import BackendLink
+from controller.bus import BackendFailure, Inbox
 from controller.reqp import Prepared
 from mbds import metrics
-from mbds.errors import TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 from mbds.values import from_pb
 
-BATCH_ROWS = 1000
-
-
-WINDOW = 8          # row batches (or groups) a backend may send of one unit ahead of PP
-GRANT = WINDOW // 2  # credit is returned in steps of this many
-FLUSH_BATCHES = 4    # row batches PP holds before it must pass them to the client
-
-
-class BackendFailure(Exception):
-    def __init__(self, link: BackendLink, error: Exception) -> None:
-        super().__init__(str(error))
-        self.link, self.error = link, error
-
-
-class Inbox:
-    """One traffic unit's results from every backend, as they arrive on the buses.
-
-    Each backend sends its requests' results in request order; a backend that is
-    ahead of the others (results of request i+1 while PP still gathers request i)
-    is buffered here, within its credit window, so memory stays bounded.
-    """
-
-    def __init__(self, links: list[BackendLink], deadline: float, timeout: float,
-                 requests: int) -> None:
-        self.links, self.deadline, self.timeout = links, deadline, timeout
-        self.seq = 0                    # set when the traffic unit takes its place on the bus
-        self.end = requests             # the stage of `prepared` / `committed`
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.ahead: dict[BackendLink, deque[pb.BackendReply]] = {x: deque() for x in links}
-        self.consumed: dict[BackendLink, int] = dict.fromkeys(links, 0)
-
-    def register(self, seq: int) -> None:
-        self.seq = seq
-        for link in self.links:
-            link.pending[self.seq] = self.queue
-
-    def unregister(self) -> None:
-        for link in self.links:
-            link.pending.pop(self.seq, None)
-
-    def _stage(self, msg: pb.BackendReply) -> int:
-        return self.end if msg.WhichOneof("body") in ("prepared", "committed") \
-            else msg.request_index
-
-    def _check(self, link: BackendLink, msg: pb.BackendReply | None) -> pb.BackendReply:
-        if msg is None:
-            raise BackendFailure(link, link.unavailable(link.error or "its bus closed"))
-        if msg.WhichOneof("body") == "error":
-            raise BackendFailure(link, TrafficUnitAborted(msg.error))
-        return msg
-
-    def ready(self, waiting: set[BackendLink], stage: int) -> bool:
-        """Would `take` answer without waiting?"""
-        return not self.queue.empty() or any(
-            self.ahead[x] and self._stage(self.ahead[x][0]) == stage for x in waiting)
-
-    async def take(self, waiting: set[BackendLink], stage: int
-                   ) -> tuple[BackendLink, pb.BackendReply]:
-        """The next reply of `stage` from one of the backends in `waiting`."""
-        for link in waiting:
-            ahead = self.ahead[link]
-            if ahead and self._stage(ahead[0]) == stage:
-                return link, ahead.popleft()
-        while True:
-            if self.queue.empty():
-                try:
-                    async with asyncio.timeout_at(self.deadline):
-                        link, msg = await self.queue.get()
-                except TimeoutError:
-                    late = min(waiting, key=lambda x: x.index)
-                    raise BackendFailure(late, late.unavailable(
-                        f"no answer within the {self.timeout:g} s deadline")) from None
-            else:
-                link, msg = self.queue.get_nowait()
-            msg = self._check(link, msg)
-            if link in waiting and self._stage(msg) == stage and not self.ahead[link]:
-                return link, msg
-            self.ahead[link].append(msg)
-
-    def consumed_batch(self, link: BackendLink) -> None:
-        """PP is done with one row batch (or group): return credit in steps."""
-        self.consumed[link] += 1
-        if self.consumed[link] >= GRANT and link.up:
-            link.send(pb.BusMessage(credit=pb.Credit(seq=self.seq,
-                                                     batches=self.consumed[link])))
-            self.consumed[link] = 0
+REPLY_BATCH_ROWS = 1000  # rows in each batch PP builds itself (aggregates, joins)
+FLUSH_BATCHES = 4        # row batches PP holds before it must pass them to the client
+WRITE_OPS = ("INSERT", "DELETE", "UPDATE")
 
 
 class _Aggregates:
@@ -154,12 +70,10 @@ def _join(p: Prepared, left: list[list[Any]], right: list[list[Any]]) -> list[li
 
 
 def _batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]:
+    n = REPLY_BATCH_ROWS
     return [pb.ExecuteReply(request_index=request_index, rows=pb.RowBatch(
-        rows_json=json.dumps(rows[i:i + BATCH_ROWS], separators=(",", ":")).encode(),
-        count=len(rows[i:i + BATCH_ROWS]))) for i in range(0, len(rows), BATCH_ROWS)]
-
-
-WRITE_OPS = ("INSERT", "DELETE", "UPDATE")
+        rows_json=json.dumps(rows[i:i + n], separators=(",", ":")).encode(),
+        count=len(rows[i:i + n]))) for i in range(0, len(rows), n)]
 
 
 def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
@@ -170,11 +84,11 @@ def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
 
 
 def _flush(out: list[pb.ExecuteReply]) -> pb.ExecuteReplies:
+    """One message to the client: at most FLUSH_BATCHES row batches of up to 1 MiB
+    each, well under the client's 64 MiB limit."""
     msg = pb.ExecuteReplies(replies=out)
     out.clear()
     return msg
-# (rows_held counts the row batches in `out`: at most FLUSH_BATCHES of up to 1 MiB
-# each go in one message, well under the client's 64 MiB limit.)
 
 
 async def gather(inbox: Inbox, prepared: list[Prepared],
@@ -186,7 +100,6 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
     (so a large answer streams) or when the traffic unit is finished.
     """
     t0 = time.perf_counter()
-    links, seq = inbox.links, inbox.seq
     writes = any(p.op in WRITE_OPS for p in prepared)
     held: list[pb.ExecuteReply] = []
     out: list[pb.ExecuteReply] = []
@@ -201,7 +114,7 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
             with metrics.handler("PP", "aggregate_ops"):
                 aggs = _Aggregates(p) if p.aggregates else None
             sides: list[list[list[Any]]] = [[], []]
-            waiting = set(links)
+            waiting = set(inbox.links)
             while waiting:
                 if rows_held and (rows_held >= FLUSH_BATCHES or not inbox.ready(waiting, i)):
                     yield _flush(out)
@@ -250,14 +163,11 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
             else:
                 out.append(_stamp(done, p.op, t0))
         # A writing traffic unit commits only once every backend has prepared it
-        # (written, not committed); then PP decides commit on every bus. It is
-        # acknowledged only after every backend has committed.
-        end = len(prepared)
+        # (written, not committed); it is acknowledged only once every one committed.
         if writes:
-            await _expect_all(inbox, links, end, "prepared")
-            for link in links:
-                link.send(pb.BusMessage(commit=pb.Commit(seq=seq)))
-        await _expect_all(inbox, links, end, "committed")
+            await inbox.expect_all("prepared")
+            inbox.commit()
+        await inbox.expect_all("committed")
         finished = True
         out.extend(_stamp(done, prepared[done.request_index].op, t0) for done in held)
         if out:
@@ -265,26 +175,10 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
     except BackendFailure as f:
         finished = True
         # Every backend, the failing one too: one that missed the deadline may be alive
-        # and waiting (e.g. for a silent peer's ids); a closed bus is skipped.
-        _abort(links, seq, str(f.error))
+        # and waiting (e.g. for a silent peer's ids).
+        inbox.abort(str(f.error))
         raise f.error from None
     finally:
         inbox.unregister()
         if not finished:      # the client went away: roll the traffic unit back everywhere
-            _abort(links, seq, "PP stopped: the client went away")
-
-
-async def _expect_all(inbox: Inbox, links: list[BackendLink], stage: int, kind: str) -> None:
-    waiting = set(links)
-    while waiting:
-        link, msg = await inbox.take(waiting, stage)
-        if msg.WhichOneof("body") != kind:
-            raise BackendFailure(link, TrafficUnitAborted(
-                f"backend {link.name} sent {msg.WhichOneof('body')} instead of {kind}"))
-        waiting.discard(link)
-
-
-def _abort(links: list[BackendLink], seq: int, reason: str) -> None:
-    for link in links:
-        if link.up:
-            link.send(pb.BusMessage(abort=pb.Abort(seq=seq, reason=reason)))
+            inbox.abort("PP stopped: the client went away")

@@ -1,7 +1,8 @@
 """REQP — request preparation (SPEC §4 step 1): parse, check, form the traffic unit.
 
-Everything that can be wrong with a request is found here, before anything
-is broadcast, so a rejected request changes no data on any backend.
+Everything that can be wrong with what a client sends — an ABDL request or a
+bulk load — is found here, before anything is broadcast, so a rejected
+request changes no data on any backend.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from mbds.errors import SemanticError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
 from mbds.traffic import COMPARE, RELOP_PB
-from mbds.values import Value, to_pb
+from mbds.values import Value, from_pb, to_pb
 
 OPS = {"INSERT": pb.INSERT, "DELETE": pb.DELETE, "UPDATE": pb.UPDATE, "RETRIEVE": pb.RETRIEVE,
        "RETRIEVE_COMMON": pb.RETRIEVE_COMMON}
@@ -55,7 +56,7 @@ def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -
     if not attr.accepts(value):
         raise SemanticError(f"{_where(pos)}type mismatch: {file}.{attr.name} is {attr.type}, "
                             f"got {_describe(value)}")
-    return float(value) if attr.type == "float" else value
+    return float(value) if attr.type == "float" and isinstance(value, int | float) else value
 
 
 class Reqp:
@@ -83,6 +84,29 @@ class Reqp:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[text] = prepared
         return prepared
+
+    def prepare_load(self, chunk: pb.LoadRequest) -> Prepared:
+        """A bulk-load chunk as one INSERT request, checked like ABDL inserts."""
+        schema = self._file(chunk.file, None)
+        names = [a.upper() for a in chunk.attributes]
+        for a in names:
+            if a not in schema.by_name:
+                raise SemanticError(f"unknown attribute {a} in file {schema.name}")
+        inserts = []
+        for r, row in enumerate(chunk.records):
+            if len(row.values) != len(names):
+                raise SemanticError(f"record {r}: {len(row.values)} values for "
+                                    f"{len(names)} attributes")
+            values: list[Value] = [None] * len(schema.attributes)
+            for a, v in zip(names, row.values, strict=True):
+                value = from_pb(v)
+                if value is not None:
+                    values[schema.index[a]] = check_value(schema.by_name[a], value, None,
+                                                          schema.name)
+            inserts.append(PreparedInsert(schema.name, values,
+                                          row.body if row.HasField("body") else None))
+        return Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name),
+                        inserts=inserts)
 
     def _file(self, name: str, pos: ast.Pos | None) -> FileSchema:
         schema = self.directory.files.get(name.upper())
@@ -122,7 +146,7 @@ class Reqp:
             files = self._files_of(conj)
             c = out.conjunctions.add(files=[f.name for f in files])
             for p in conj.predicates:
-                value = p.value
+                value: Value = p.value
                 if p.attr == "FILE":
                     value = str(value).upper()
                 else:

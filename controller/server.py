@@ -9,6 +9,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from controller.abdl import AbdlSyntaxError
+from controller.bus import MAX_MESSAGE
 from controller.coordinator import Coordinator
 from controller.session import Sessions, failure
 from mbds.errors import MbdsError
@@ -20,7 +21,7 @@ from mbds.values import from_pb
 log = logging.getLogger("mbds.controller")
 
 
-async def _fail(context, e: Exception) -> None:  # noqa: ANN001
+async def _fail(context, e: Exception) -> None:
     await context.abort(*failure(e))
 
 
@@ -29,18 +30,18 @@ class ControllerServicer(rpc.ControllerServicer):
         self.c = coordinator
         self.sessions = Sessions(coordinator)
 
-    async def Session(self, request_iterator, context):  # noqa: ANN001, ANN201
+    async def Session(self, request_iterator, context):
         async for reply in self.sessions.serve(request_iterator):
             yield reply
 
-    async def Execute(self, request: pb.ExecuteRequest, context):  # noqa: ANN001, ANN201
+    async def Execute(self, request: pb.ExecuteRequest, context):
         try:
             async for reply in self.c.execute(request.text, request.timeout_s or None):
                 yield reply
         except (MbdsError, AbdlSyntaxError) as e:
             await _fail(context, e)
 
-    async def Load(self, request_iterator, context):  # noqa: ANN001, ANN201
+    async def Load(self, request_iterator, context):
         try:
             async for chunk in request_iterator:
                 async for reply in self.c.load(chunk):
@@ -48,7 +49,7 @@ class ControllerServicer(rpc.ControllerServicer):
         except (MbdsError, AbdlSyntaxError) as e:
             await _fail(context, e)
 
-    async def Define(self, request: pb.DefineRequest, context) -> pb.DefineReply:  # noqa: ANN001
+    async def Define(self, request: pb.DefineRequest, context) -> pb.DefineReply:
         try:
             out = await self.c.define(request.yaml)
         except MbdsError as e:
@@ -56,7 +57,7 @@ class ControllerServicer(rpc.ControllerServicer):
         return pb.DefineReply(files_created=out.created, files_unchanged=out.unchanged,
                               files_reindexed=out.reindexed)
 
-    async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:  # noqa: ANN001
+    async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
         return await self.c.status()
 
 
@@ -64,7 +65,7 @@ class IigServicer(rpc.IigServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.c = coordinator
 
-    async def Place(self, request: pb.PlaceRequest, context) -> pb.PlaceReply:  # noqa: ANN001
+    async def Place(self, request: pb.PlaceRequest, context) -> pb.PlaceReply:
         try:
             return await self.c.place(request.file,
                                       [from_pb(v) for v in request.directory_values],
@@ -86,7 +87,7 @@ async def rediscover(coordinator: Coordinator, target: str, every: float = 2.0) 
         if new:
             try:
                 await coordinator.add_backends(new)
-            except Exception as e:  # noqa: BLE001 - a replica still starting: try later
+            except Exception as e:   # a replica still starting: try again later
                 log.warning("could not admit %s yet: %s", ", ".join(new), e)
 
 
@@ -96,7 +97,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                 connect_timeout: float = 30.0, grace: float = 5.0, metrics_port: int = 0,
                 ready: asyncio.Event | None = None) -> None:
     """Run the controller until SIGTERM/SIGINT."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
     port = server.add_insecure_port(listen)
     host = listen.rsplit(":", 1)[0]
     iig_address = advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{port}"

@@ -1,16 +1,14 @@
 """A client's session: one gRPC stream carrying its requests, answered in order.
 
-A call per request costs the controller, and the client, about three times the
-CPU of a message on an open stream (measured here with grpc.aio, 200-byte
-messages: 0.19 against 0.05 ms of server CPU per request at 24 users, 0.60
-against 0.27 ms round trip for one synchronous client), and for a small
-request that overhead is most of what the controller does. So a client keeps
-one `Session` open, as a database client keeps its connection: it writes a
-request, reads `ExecuteReplies` up to the one marked `end`, and writes the
-next. A request that fails fails alone — its last message carries the
-`Failure` that `Execute` would have ended its call with — and the session goes
-on. A client that goes away mid-answer cancels the stream, and PP aborts that
-traffic unit everywhere, as it does for `Execute`.
+A call per request costs the controller and the client several times the CPU
+of a message on an open stream (docs/benchmarks-seeds.md, `mbds bench users`), and
+for a small request that overhead is most of what the controller does. So a
+client keeps one `Session` open, as a database client keeps its connection:
+it writes a request, reads `ExecuteReplies` up to the one marked `end`, and
+writes the next. A request that fails fails alone — its last message carries
+the `Failure` that `Execute` would have ended its call with — and the session
+goes on. A client that goes away mid-answer cancels the stream, and PP aborts
+that traffic unit everywhere, as it does for `Execute`.
 """
 
 from __future__ import annotations
@@ -89,7 +87,7 @@ class Sessions:
                 if held is not None:
                     yield held
                 held = reply
-        except Exception as e:  # noqa: BLE001 - every failure is this request's answer
+        except Exception as e:   # every failure is this request's answer
             code, message = failure(e)
             held = held or pb.ExecuteReplies()
             held.failure.code, held.failure.message = code.name, message

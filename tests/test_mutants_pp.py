@@ -113,10 +113,10 @@ def test_retrieve_common_joins_every_pair_with_equal_values() -> None:
 
 
 def test_rows_go_out_in_batches_of_at_most_batch_rows() -> None:
-    rows = [[i, f"r{i}", None] for i in range(2 * pp.BATCH_ROWS + 5)]
+    rows = [[i, f"r{i}", None] for i in range(2 * pp.REPLY_BATCH_ROWS + 5)]
     batches = pp._batches(3, rows)
     assert [b.request_index for b in batches] == [3, 3, 3]
-    assert [b.rows.count for b in batches] == [pp.BATCH_ROWS, pp.BATCH_ROWS, 5]
+    assert [b.rows.count for b in batches] == [pp.REPLY_BATCH_ROWS, pp.REPLY_BATCH_ROWS, 5]
     assert [r for b in batches for r in json.loads(b.rows.rows_json)] == rows
     assert pp._batches(0, []) == []
     [one] = pp._batches(1, [[1, "a"]])

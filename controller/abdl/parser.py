@@ -11,25 +11,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from controller.abdl.ast import (
-    AGGREGATES,
-    ARITH_OPS,
-    RELOPS,
-    Conjunction,
-    Delete,
-    Insert,
-    Keyword,
-    Modifier,
-    Predicate,
-    Query,
-    Request,
-    Retrieve,
-    RetrieveCommon,
-    TargetItem,
-    TrafficUnit,
-    Update,
-    Value,
-)
+from controller.abdl import ast
 from controller.abdl.lexer import (
     AGGREGATE,
     ATTRIBUTE,
@@ -51,7 +33,7 @@ __all__ = ["AbdlSyntaxError", "parse"]
 _REQUEST_STARTS = ("INSERT", "DELETE", "UPDATE", "RETRIEVE")
 
 
-def parse(text: str) -> TrafficUnit:
+def parse(text: str) -> ast.TrafficUnit:
     """Parse one traffic unit: a request or a `[ ...; ... ]` transaction."""
     return _Parser(text).traffic_unit()
 
@@ -84,7 +66,7 @@ class _Parser:
             raise self._lx.reserved(tok.text, tok.offset)
         self._fail(tok, *(expected or (ATTRIBUTE,)))
 
-    def _value(self) -> Value:
+    def _value(self) -> ast.Value:
         tok = self._lx.take()
         kind = tok.kind
         if kind == "NUMBER" or kind == "STRING":
@@ -96,16 +78,16 @@ class _Parser:
 
     # -- traffic unit ---------------------------------------------------------
 
-    def traffic_unit(self) -> TrafficUnit:
+    def traffic_unit(self) -> ast.TrafficUnit:
         lx = self._lx
         if lx.peek().kind != "[":
             request = self._request(*_REQUEST_STARTS, "[")
             self._end()
-            return TrafficUnit((request,), False)
+            return ast.TrafficUnit((request,), False)
         open_tok = lx.take()
         if lx.peek().kind == "]":
             raise lx.error(open_tok.offset, found="[", detail="empty transaction")
-        requests: list[Request] = []
+        requests: list[ast.Request] = []
         while True:
             tok = lx.peek()
             if tok.kind == "[":
@@ -121,14 +103,14 @@ class _Parser:
                 break
         self._trail = ()
         self._end()
-        return TrafficUnit(tuple(requests), True)
+        return ast.TrafficUnit(tuple(requests), True)
 
     def _end(self) -> None:
         tok = self._lx.peek()
         if tok.kind != "EOF":
             self._fail(tok, *self._trail, END)
 
-    def _request(self, *expected: str) -> Request:
+    def _request(self, *expected: str) -> ast.Request:
         tok = self._lx.take()
         kind = tok.kind
         if kind == "INSERT":
@@ -138,20 +120,20 @@ class _Parser:
         if kind == "DELETE":
             query = self._query()
             self._trail = ("or",)
-            return Delete(query, self._lx.position(tok.offset))
+            return ast.Delete(query, self._lx.position(tok.offset))
         if kind == "UPDATE":
             return self._update(tok)
         self._fail(tok, *expected)
 
     # -- INSERT ---------------------------------------------------------------
 
-    def _insert(self, insert_tok: Token) -> Insert:
+    def _insert(self, insert_tok: Token) -> ast.Insert:
         lx = self._lx
         self._expect("(")
-        keywords: list[Keyword] = []
+        keywords: list[ast.Keyword] = []
         append = keywords.append
         # Hot path (big INSERTs from loaders): locals instead of attribute look-ups.
-        text, match, position = lx.text, KEYWORD_RE.match, lx.position
+        text, match, position, keyword = lx.text, KEYWORD_RE.match, lx.position, ast.Keyword
         offset = lx.mark()
         while True:
             m = match(text, offset)
@@ -160,7 +142,7 @@ class _Parser:
                 upper = attr.upper()
                 value = fast_value(num, word, string)
                 if value is not None and upper not in KEYWORDS:
-                    append(Keyword(upper, value, position(m.start(1))))
+                    append(keyword(upper, value, position(m.start(1))))
                     offset = m.end()
                     if sep == ",":
                         continue
@@ -172,7 +154,7 @@ class _Parser:
             self._expect(",")
             slow_value = self._value()
             self._expect(">")
-            append(Keyword(attr, slow_value, position(lt.offset)))
+            append(ast.Keyword(attr, slow_value, position(lt.offset)))
             tok = lx.take()
             if tok.kind == ")":
                 offset = lx.mark()
@@ -186,37 +168,37 @@ class _Parser:
             brace = lx.take()
             body = lx.read_body(brace.offset)
         self._trail = () if body is not None else ("{",)
-        return Insert(tuple(keywords), body, position(insert_tok.offset))
+        return ast.Insert(tuple(keywords), body, position(insert_tok.offset))
 
     # -- queries --------------------------------------------------------------
 
-    def _query(self) -> Query:
+    def _query(self) -> ast.Query:
         lx = self._lx
         conjunctions = [self._conjunction()]
         while lx.peek().kind == "OR":
             lx.take()
             conjunctions.append(self._conjunction())
-        return Query(tuple(conjunctions))
+        return ast.Query(tuple(conjunctions))
 
-    def _conjunction(self) -> Conjunction:
+    def _conjunction(self) -> ast.Conjunction:
         lx = self._lx
         predicate = self._fast_predicate()
         if predicate is not None:
-            return Conjunction((predicate,))
+            return ast.Conjunction((predicate,))
         open_tok = self._expect("(")
         if lx.peek().kind != "(":
             # '(' followed by anything but '(' starts a single predicate.
-            return Conjunction((self._predicate_rest(open_tok, ATTRIBUTE, "("),))
+            return ast.Conjunction((self._predicate_rest(open_tok, ATTRIBUTE, "("),))
         predicates = [self._predicate()]
         while True:
             tok = lx.take()
             if tok.kind == ")":
-                return Conjunction(tuple(predicates))
+                return ast.Conjunction(tuple(predicates))
             if tok.kind != "AND":
                 self._fail(tok, ")", "and")
             predicates.append(self._predicate())
 
-    def _fast_predicate(self) -> Predicate | None:
+    def _fast_predicate(self) -> ast.Predicate | None:
         lx = self._lx
         m = lx.fast_match(PREDICATE_RE)
         if m is None:
@@ -227,26 +209,26 @@ class _Parser:
         if value is None or upper in KEYWORDS:
             lx.reset(m.start())
             return None
-        return Predicate(upper, op, value, lx.position(m.start(1)))
+        return ast.Predicate(upper, op, value, lx.position(m.start(1)))
 
-    def _predicate(self) -> Predicate:
+    def _predicate(self) -> ast.Predicate:
         predicate = self._fast_predicate()
         if predicate is not None:
             return predicate
         return self._predicate_rest(self._expect("("), ATTRIBUTE)
 
-    def _predicate_rest(self, open_tok: Token, *attr_expected: str) -> Predicate:
+    def _predicate_rest(self, open_tok: Token, *attr_expected: str) -> ast.Predicate:
         attr = self._attr(*attr_expected)
         op = self._lx.take()
-        if op.kind not in RELOPS:
+        if op.kind not in ast.RELOPS:
             self._fail(op, RELOP)
         value = self._value()
         self._expect(")")
-        return Predicate(attr, op.kind, value, self._lx.position(open_tok.offset))
+        return ast.Predicate(attr, op.kind, value, self._lx.position(open_tok.offset))
 
     # -- UPDATE ---------------------------------------------------------------
 
-    def _update(self, update_tok: Token) -> Update:
+    def _update(self, update_tok: Token) -> ast.Update:
         lx = self._lx
         query = self._query()
         lt = lx.take()
@@ -259,18 +241,18 @@ class _Parser:
         bare_word = False
         tok = lx.take()
         kind = tok.kind
-        value: Value
+        value: ast.Value
         if kind == "NUMBER" or kind == "STRING":
             assert tok.value is not None  # literals always carry their value
             value = tok.value
         elif kind == "WORD" or kind in KEYWORDS:
             nxt = lx.peek()
-            if nxt.kind in ARITH_OPS or (nxt.kind == "NUMBER" and nxt.text[0] in "+-"):
+            if nxt.kind in ast.ARITH_OPS or (nxt.kind == "NUMBER" and nxt.text[0] in "+-"):
                 if kind != "WORD":
                     raise self._lx.reserved(tok.text, tok.offset)
                 source = tok.text.upper()
                 value = self._arith_operand(nxt)
-                arith = nxt.kind if nxt.kind in ARITH_OPS else nxt.text[0]
+                arith = nxt.kind if nxt.kind in ast.ARITH_OPS else nxt.text[0]
             else:
                 value = tok.text
                 # A reserved word can never name an attribute, so it is a string.
@@ -280,16 +262,16 @@ class _Parser:
         gt = lx.take()
         if gt.kind != ">":
             if bare_word:  # `<A = Word ?`: an arithmetic operator could also follow
-                self._fail(gt, *ARITH_OPS, ">")
+                self._fail(gt, *ast.ARITH_OPS, ">")
             self._fail(gt, ">")
         self._trail = ()
-        modifier = Modifier(attr, source, arith, value, bare_word, lx.position(lt.offset))
-        return Update(query, modifier, lx.position(update_tok.offset))
+        modifier = ast.Modifier(attr, source, arith, value, bare_word, lx.position(lt.offset))
+        return ast.Update(query, modifier, lx.position(update_tok.offset))
 
-    def _arith_operand(self, op_tok: Token) -> Value:
+    def _arith_operand(self, op_tok: Token) -> ast.Value:
         """Operand after `ATTR op`; `POP -5` lexes as a signed number, so split it."""
         self._lx.take()
-        if op_tok.kind in ARITH_OPS:
+        if op_tok.kind in ast.ARITH_OPS:
             return self._value()
         number = op_tok.value
         assert isinstance(number, int | float)
@@ -297,7 +279,7 @@ class _Parser:
 
     # -- RETRIEVE -------------------------------------------------------------
 
-    def _retrieve(self, retrieve_tok: Token) -> Retrieve | RetrieveCommon:
+    def _retrieve(self, retrieve_tok: Token) -> ast.Retrieve | ast.RetrieveCommon:
         lx = self._lx
         left = self._retrieve_body(retrieve_tok)
         tok = lx.peek()
@@ -305,7 +287,7 @@ class _Parser:
             lx.take()
             by = self._attr()
             self._trail = ()
-            return Retrieve(left.query, left.targets, by, left.pos)
+            return ast.Retrieve(left.query, left.targets, by, left.pos)
         if tok.kind != "COMMON":
             self._trail = ("BY", "COMMON")
             return left
@@ -317,16 +299,16 @@ class _Parser:
         self._expect(")")
         right = self._retrieve_body(self._expect("RETRIEVE"))
         self._trail = ()
-        return RetrieveCommon(left, (first, second), right, left.pos)
+        return ast.RetrieveCommon(left, (first, second), right, left.pos)
 
-    def _retrieve_body(self, retrieve_tok: Token) -> Retrieve:
+    def _retrieve_body(self, retrieve_tok: Token) -> ast.Retrieve:
         """`RETRIEVE query target` (the RETRIEVE token already taken)."""
         lx = self._lx
         query = self._query()
         tok = lx.take()
         if tok.kind != "(":
             self._fail(tok, "or", "(")
-        items: list[TargetItem] = []
+        items: list[ast.TargetItem] = []
         text, match, position = lx.text, ITEM_RE.match, lx.position
         while True:
             # Fast path for plain attribute names and ALL (the common case).
@@ -335,7 +317,7 @@ class _Parser:
             if m is not None and (upper == "ALL" or upper not in KEYWORDS):
                 pos = position(m.start(1))
                 all_ = upper == "ALL"
-                items.append(TargetItem(None if all_ else upper, None, all_, pos))
+                items.append(ast.TargetItem(None if all_ else upper, None, all_, pos))
                 lx.reset(m.end())
                 if m.group(2) == ",":
                     continue
@@ -346,22 +328,22 @@ class _Parser:
                 break
             if tok.kind != ",":
                 self._fail(tok, ",", ")")
-        return Retrieve(query, tuple(items), None, position(retrieve_tok.offset))
+        return ast.Retrieve(query, tuple(items), None, position(retrieve_tok.offset))
 
-    def _target_item(self) -> TargetItem:
+    def _target_item(self) -> ast.TargetItem:
         lx = self._lx
         tok = lx.take()
         kind = tok.kind
         pos = lx.position(tok.offset)
         if kind == "WORD":
-            return TargetItem(tok.text.upper(), None, False, pos)
+            return ast.TargetItem(tok.text.upper(), None, False, pos)
         if kind == "ALL":
-            return TargetItem(None, None, True, pos)
-        if kind in AGGREGATES:
+            return ast.TargetItem(None, None, True, pos)
+        if kind in ast.AGGREGATES:
             self._expect("(")
             attr = self._attr()
             self._expect(")")
-            return TargetItem(attr, kind, False, pos)
+            return ast.TargetItem(attr, kind, False, pos)
         if kind in KEYWORDS:
             raise self._lx.reserved(tok.text, tok.offset)
         self._fail(tok, ATTRIBUTE, AGGREGATE, "ALL")
