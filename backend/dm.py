@@ -1,6 +1,7 @@
 """DM — directory management (SPEC §4 steps 2–5): descriptor search, cluster search,
-address generation. Pure functions over the in-memory directory; the message
-flow around them (locks, the peer broadcast) lives in `backend/node.py`.
+address generation. Pure functions over the in-memory directory; they write the
+request plans (`backend/plan.py`) that RECP runs. The message flow around them
+(locks, the peer broadcast) lives in `backend/node.py`.
 
 Descriptor search is split over the backends: backend i searches the
 predicates whose index in the traffic unit is i modulo n, and broadcasts the
@@ -10,19 +11,15 @@ all m predicates and runs cluster search on its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterator
 
 from backend.cc import IS, IX, S, X, join
-from backend.recp import FilePlan
+from backend.plan import DescriptorResults, FilePlan, RequestPlan
 from mbds import traffic
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 from mbds.traffic import RELOPS
 from mbds.values import from_pb
-
-# predicate index -> descriptor ids that may satisfy it, or None (no directory attribute)
-DescriptorResults = dict[int, set[int] | None]
 
 
 def predicates(tu: pb.TrafficUnit) -> Iterator[tuple[int, pb.Conjunction, pb.Predicate]]:
@@ -59,15 +56,6 @@ def to_pb_results(found: DescriptorResults) -> list[pb.PredicateDescriptors]:
 
 def from_pb_results(msgs: list[pb.PredicateDescriptors]) -> DescriptorResults:
     return {m.predicate_index: (None if m.unrestricted else set(m.descriptor_ids)) for m in msgs}
-
-
-@dataclass
-class RequestPlan:
-    """Address generation's output for one request: per file, the clusters to visit."""
-    request: pb.Request
-    files: list[FilePlan] = field(default_factory=list)
-    right: list[FilePlan] = field(default_factory=list)       # RETRIEVE-COMMON right side
-    clusters_examined: int = 0
 
 
 def _plan_retrieval(directory: Directory, retrieval: pb.Retrieval, start: int,
@@ -114,7 +102,7 @@ def plan_requests(directory: Directory, tu: pb.TrafficUnit,
     return plans
 
 
-def lock_set(plans: list[RequestPlan]) -> dict[tuple, str]:
+def lock_set(plans: list[RequestPlan]) -> dict[Hashable, str]:
     """The CC lock set a traffic unit needs on this backend.
 
     A request that visits every cluster of a file locks the file (S to read, X to
@@ -123,9 +111,9 @@ def lock_set(plans: list[RequestPlan]) -> dict[tuple, str]:
     the insert's IX on the file conflicts with it. Otherwise clusters are locked one
     by one under an intention lock on the file.
     """
-    wants: dict[tuple, str] = {}
+    wants: dict[Hashable, str] = {}
 
-    def want(res: tuple, mode: str) -> None:
+    def want(res: Hashable, mode: str) -> None:
         wants[res] = join(wants[res], mode) if res in wants else mode
 
     for rp in plans:

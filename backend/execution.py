@@ -1,31 +1,30 @@
-"""RECP's side of a backend: running a traffic unit's requests on this backend's records.
+"""RECP's side of a backend: running a traffic unit's requests once its lock set is granted.
 
 A read-only traffic unit runs on the event loop, one row batch per step; a writing
 one runs in the single writer thread inside one SQLite transaction, is *prepared*,
-and commits only on PP's decision (see node.py for the stages before this).
+and commits only on PP's decision. The node (node.py) owns the stages before this
+and the order in which writers enter the writer thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any, TypeVar, cast
 
 from backend import dm, recp
-from backend.store import transaction
+from backend.links import IigClient
+from backend.plan import WRITES, RequestPlan
+from backend.state import Cancelled, Timer, TuState
+from backend.store import Store, transaction
 from mbds import metrics
+from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 from mbds.values import Value
 
-if TYPE_CHECKING:
-    from backend.node import TuState
-
-WRITES = (pb.INSERT, pb.DELETE, pb.UPDATE)
-
-
-class Cancelled(Exception):
-    """The traffic unit was aborted (by PP, or because nobody collects its results)."""
+T = TypeVar("T")
 
 
 def _records(msg: pb.BackendReply) -> int:
@@ -37,8 +36,19 @@ def _full(msg: pb.BackendReply) -> bool:
     return msg.HasField("rows") and recp.batch_full(msg.rows.count, len(msg.rows.rows_json))
 
 
-class RecpExecution:
-    """Mixed into BackendNode: needs its store, directory, loop, name and timers."""
+class Execution:
+    """Runs granted traffic units on this backend's records and sends their replies."""
+
+    def __init__(self, name: str, store: Store, directory: Directory,
+                 loop: asyncio.AbstractEventLoop, iig: IigClient, timer: Timer, *,
+                 result_timeout: float) -> None:
+        self.name = name
+        self.store = store
+        self.directory = directory
+        self.loop = loop
+        self.iig = iig
+        self._h = timer
+        self.result_timeout = result_timeout
 
     def _recp_request(self, queued: float) -> None:
         if metrics.internal_timing():   # recp.request: the hand-over from DM to RECP
@@ -67,11 +77,15 @@ class RecpExecution:
         msg.seq = st.tu.seq
         st.bus.send(msg)
 
+    def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the event loop from the writer thread, and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
     def _emit(self, st: TuState, msg: pb.BackendReply) -> None:
-        """`_put` from a RECP thread."""
+        """`_put` from the writer thread."""
         asyncio.run_coroutine_threadsafe(self._put(st, msg), self.loop).result()
 
-    def _done(self, i: int, rp: dm.RequestPlan, n: int, t0: float) -> pb.BackendReply:
+    def _done(self, i: int, rp: RequestPlan, n: int, t0: float) -> pb.BackendReply:
         elapsed = (time.perf_counter() - t0) * 1000
         metrics.RECORDS_PROCESSED.labels(pb.Op.Name(rp.request.op), self.name).inc(n)
         return pb.BackendReply(request_index=i, done=pb.RequestDone(
@@ -79,7 +93,7 @@ class RecpExecution:
                 clusters_examined=rp.clusters_examined, records_retrieved=n,
                 backends=[pb.BackendStats(backend=self.name, records=n, elapsed_ms=elapsed)])))
 
-    async def _run_reads(self, st: TuState, plans: list[dm.RequestPlan], queued: float) -> None:
+    async def run_reads(self, st: TuState, plans: list[RequestPlan], queued: float) -> None:
         """A read-only traffic unit runs on the event loop, one row batch per step.
 
         Handing small reads to a thread cost more than the reads themselves; a batch
@@ -96,19 +110,16 @@ class RecpExecution:
                 for i, rp in enumerate(plans):
                     t0, n = time.perf_counter(), 0
                     with self._h("recp.process"):
-                        batches = self._reads(conn, i, rp)
+                        batches = recp.read(conn, i, rp)
                         msg = next(batches, None)
                         while msg is not None:
                             n += _records(msg)
                             more = _full(msg)
                             await self._put(st, msg)
                             if more:
-                                # Probably more to come: let the bus hand this batch to gRPC
-                                # before reading the next, so it is written meanwhile. Two
-                                # turns of the loop: one wakes the bus, the next lets it
-                                # start the write (measured: with one, or with reading
-                                # first, every batch but the first waited for the scan's
-                                # end and left in one message).
+                                # Probably more to come: two turns of the loop, one to
+                                # wake the bus and one for it to start writing this batch
+                                # to gRPC, so it is written while the next is read.
                                 await asyncio.sleep(0)
                                 await asyncio.sleep(0)
                             # A short batch was probably the last one: no pause, so `done`
@@ -120,7 +131,7 @@ class RecpExecution:
         finally:
             self.store.checkin_reader(conn)
 
-    def _run_writes(self, st: TuState, plans: list[dm.RequestPlan], queued: float) -> None:
+    def run_writes(self, st: TuState, plans: list[RequestPlan], queued: float) -> None:
         """A traffic unit that writes runs in the writer thread, in one transaction."""
         self._recp_request(queued)
         conn = self.store.writer()
@@ -128,14 +139,14 @@ class RecpExecution:
         with transaction(conn, "IMMEDIATE"):
             for i, rp in enumerate(plans):
                 if moved:   # an earlier request moved records: search clusters again
-                    rp = self._call_on_loop(self._replan, st, i)
+                    rp = self._on_loop(self._replan(st, i))
                 t0 = time.perf_counter()
                 with self._h("recp.process"):
                     if rp.request.op in WRITES:
                         n = self._write(conn, rp)
                     else:
                         n = 0
-                        for msg in self._reads(conn, i, rp):
+                        for msg in recp.read(conn, i, rp):
                             n += _records(msg)
                             self._emit(st, msg)
                 moved = moved or rp.request.moves_records
@@ -149,14 +160,11 @@ class RecpExecution:
             if st.cancelled or not st.commit:
                 raise Cancelled(st.cancelled or "PP decided to abort")
 
-    async def _replan(self, st: TuState, i: int) -> dm.RequestPlan:
+    async def _replan(self, st: TuState, i: int) -> RequestPlan:
         assert st.tu is not None
         return dm.plan_requests(self.directory, st.tu, st.found)[i]
 
-    def _call_on_loop(self, fn, *args):  # noqa: ANN001, ANN202
-        return asyncio.run_coroutine_threadsafe(fn(*args), self.loop).result()
-
-    def _write(self, conn, rp: dm.RequestPlan) -> int:  # noqa: ANN001
+    def _write(self, conn: sqlite3.Connection, rp: RequestPlan) -> int:
         req = rp.request
         if req.op == pb.INSERT:
             if not req.records:
@@ -170,40 +178,20 @@ class RecpExecution:
                        for fp in rp.files)
         return sum(recp.update(conn, fp, req.modifier) for fp in rp.files)
 
-    @staticmethod
-    def _reads(conn, i: int, rp: dm.RequestPlan) -> Iterator[pb.BackendReply]:  # noqa: ANN001
-        req = rp.request
-        r = req.retrieval
-        if req.op == pb.RETRIEVE_COMMON:
-            for fp in rp.files:
-                yield from recp.retrieve_batches(conn, fp, [t.attr for t in r.targets], i, 0)
-            for fp in rp.right:
-                yield from recp.retrieve_batches(
-                    conn, fp, [t.attr for t in req.right.targets], i, 1)
-        elif any(t.agg for t in r.targets):
-            items = [t.attr for t in r.targets if t.agg]
-            for fp in rp.files:
-                yield from recp.aggregate_groups(conn, fp, items, r.by, i)
-        else:
-            for fp in rp.files:
-                yield from recp.retrieve_batches(conn, fp, [t.attr for t in r.targets], i)
-
-    def _cluster_of(self, conn, file: str, values: list[Value]) -> int:  # noqa: ANN001
+    def _cluster_of(self, conn: sqlite3.Connection, file: str, values: list[Value]) -> int:
         """The cluster of a moved record; asks IIG when the combination is new here."""
         key = self.directory.descriptor_key(file, values)
         if None not in key:
-            cid = self.directory.cluster_ids.get((file, tuple(key)))  # type: ignore[arg-type]
+            cid = self.directory.cluster_ids.get((file, tuple(cast(list[int], key))))
             if cid is not None:
                 return cid
-        reply: pb.PlaceReply = self._call_on_loop(self._place, file, values)
+        reply = self._on_loop(self._place(file, values))
         # Persist the new directory rows in this traffic unit's own transaction.
         self.store.persist_rows(conn, reply.directory)
         return reply.cluster_id
 
     async def _place(self, file: str, values: list[Value]) -> pb.PlaceReply:
-        if self.iig is None:
-            raise RuntimeError("no IIG to place a moved record")
         with self._h("dm.place_moved_record"):
-            reply = await self.iig(file, values)
+            reply = await self.iig.place(file, values)
         self.directory.apply(reply.directory)
         return reply

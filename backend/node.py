@@ -1,4 +1,4 @@
-"""One backend's message flow (SPEC §4): the bus, DM's two stages, CC, and RECP threads.
+"""One backend's message flow (SPEC §4): the bus, DM's two stages, CC, and execution.
 
 Stage 1 (in bus order, never waits): apply the traffic unit's directory update,
 lock the type-C attributes it reads, search this backend's share of
@@ -6,25 +6,26 @@ descriptors, release, and broadcast the ids to the peers.
 Stage 2 (in bus order): wait for the peers' ids, run cluster search under
 did-group locks, generate addresses, and queue the whole CC lock set. Queuing
 in bus order on every backend is what makes CC's outcome serializable.
-Execution (concurrent): when its lock set is granted, RECP runs the requests
-in a worker thread (one writer thread, a pool of readers) inside one SQLite
-transaction and streams partial results to PP.
+Execution (concurrent): when its lock set is granted, the unit's requests run
+(`execution.py`): a read on the event loop, a write in the single writer thread
+inside one SQLite transaction, prepared, then committed on PP's decision.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections import deque
+from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from backend import dm
 from backend.cc import LockTable, S, X
-from backend.execution import WRITES, Cancelled, RecpExecution
-from backend.peers import PeerLinks
+from backend.execution import Execution
+from backend.links import IigClient, PeerLinks
+from backend.plan import WRITES, RequestPlan
+from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
 from backend.store import Store
 from mbds import metrics
 from mbds.directory import Directory
@@ -33,84 +34,41 @@ from mbds.proto import mbds_pb2 as pb
 log = logging.getLogger("mbds.backend")
 
 
-
-def _log_failure(fut) -> None:  # noqa: ANN001
+def _log_failure(fut: Future[None]) -> None:
     if fut.exception() is not None:
         log.error("storing a directory update failed: %s", fut.exception())
 
 
-class BusOut:
-    """The backend's side of one bus: replies queued for the stream back to PP."""
+class BackendNode:
+    """One backend: the bus's messages through DM's stages and CC to the execution."""
 
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[pb.BackendReply | None] = asyncio.Queue()
-        self.window = 8
-
-    def send(self, msg: pb.BackendReply) -> None:
-        self.queue.put_nowait(msg)
-
-
-@dataclass(eq=False)
-class TuState:
-    key: tuple[str, int] = ("", 0)
-    tu: pb.TrafficUnit | None = None
-    bus: BusOut | None = None          # the bus it came on: where its results go
-    credits: int = 0                   # row batches it may still send ahead of PP
-    credit_ready: asyncio.Event = field(default_factory=asyncio.Event)
-    peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
-    peers_in: asyncio.Event = field(default_factory=asyncio.Event)
-    found: dm.DescriptorResults = field(default_factory=dict)
-    cancelled: str = ""
-    # The writer's job storing this unit's directory update (tables and indexes of a
-    # definition). Stage 1 must not wait for it (the writer may be holding a prepared
-    # unit whose commit comes later on the bus); a read waits in stage 2, so a
-    # definition is answered only once its tables and indexes exist.
-    stored: asyncio.Future | None = None
-    task: asyncio.Task | None = None
-    # PP's decision on a prepared write, read by the writer thread.
-    decided: threading.Event = field(default_factory=threading.Event)
-    commit: bool = False
-    expiry: asyncio.TimerHandle | None = None   # forgets it if its traffic unit never comes
-
-
-@dataclass
-class Session:
-    epoch: str = ""
-    index: int = 0
-    peers: list[str] = field(default_factory=list)
-    iig_address: str = ""
-
-
-class BackendNode(RecpExecution):
-    def __init__(self, name: str, store: Store, *,
+    def __init__(self, name: str, store: Store, *, peers: PeerLinks, iig: IigClient,
                  result_timeout: float = 60.0) -> None:
         self.name = name
         self.store = store
         self.directory = Directory()
         self.directory.apply(store.load_directory())
         self.cc = LockTable()
-        self.session = Session()
+        self.config = BusConfig()
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="recp-writer")
         # Reads of traffic units run on the event loop; this thread only counts records
         # per cluster for the controller's Directory call (placement state).
-        self.readers = ThreadPoolExecutor(1, thread_name_prefix="reader")
+        self.counting = ThreadPoolExecutor(1, thread_name_prefix="cluster-counts")
         self.tus: dict[tuple[str, int], TuState] = {}
         self.stage2: asyncio.Queue[tuple[tuple[str, int], TuState]] = asyncio.Queue()
-        self.peer_links = PeerLinks()
+        self.peers = peers
+        self.iig = iig
         # Writing traffic units enter the writer thread in bus order, so no two backends
         # ever hold their writers for different units that each wait on the other.
         self.write_order: deque[tuple[str, int]] = deque()
         self.write_turn = asyncio.Condition()
         self.result_timeout = result_timeout
         self.loop = asyncio.get_running_loop()
+        self._h = handler_timer(name)
+        self.execution = Execution(name, store, self.directory, self.loop, iig, self._h,
+                                   result_timeout=result_timeout)
         self._stage2_task = asyncio.create_task(self._stage2_loop())
         self.metrics_port = 0
-        self.iig = None    # set by the server: async (file, values) -> pb.PlaceReply
-
-    def _h(self, handler: str):  # noqa: ANN202 - a context manager
-        """Time one message handler; `handler` is "process.name", e.g. "cc.cluster_lock"."""
-        process, name = handler.split(".")
-        return metrics.handler(process.upper(), name, self.name)
 
     def state(self, key: tuple[str, int], *, arriving: bool = False) -> TuState:
         """The unit's state; `arriving` when its traffic unit itself has come."""
@@ -133,14 +91,15 @@ class BackendNode(RecpExecution):
         if self.tus.get(key) is st and st.tu is None:
             del self.tus[key]
 
-    async def _acquire(self, kind: str, owner: object, wants: dict) -> tuple:
+    async def _acquire(self, kind: str, owner: Hashable,
+                       wants: dict[Hashable, str]) -> tuple[Hashable, int]:
         handle = self.cc.request(owner, wants)
         waited = await self.cc.wait(handle)
         metrics.LOCK_WAIT_SECONDS.labels(kind, self.name).observe(waited)
         return handle
 
     # ------------------------------------------------------------ directory --
-    async def apply_directory(self, update: pb.DirectoryUpdate) -> Future | None:
+    async def apply_directory(self, update: pb.DirectoryUpdate) -> Future[None] | None:
         """Apply a directory update (from IIG, by bus or out of band) and queue its storing.
 
         Storing is not awaited: the writer thread may be busy with a traffic unit that
@@ -159,14 +118,15 @@ class BackendNode(RecpExecution):
 
     # ------------------------------------------------------------- stage 1 --
     def on_hello(self, hello: pb.BusHello, bus: BusOut) -> None:
-        self.session = Session(hello.epoch, hello.backend_index, list(hello.peers),
-                               hello.iig_address)
+        self.config = BusConfig(hello.epoch, hello.backend_index, list(hello.peers),
+                                hello.iig_address)
         bus.window = hello.credit_window or bus.window
         metrics.set_internal_timing(hello.internal_timing)
-        self.peer_links.configure(self.session.peers, hello.backend_index)
+        self.peers.configure(self.config.peers, hello.backend_index)
+        self.iig.configure(hello.iig_address)
 
     async def on_traffic_unit(self, tu: pb.TrafficUnit, bus: BusOut) -> None:
-        key = (self.session.epoch, tu.seq)
+        key = (self.config.epoch, tu.seq)
         st = self.state(key, arriving=True)
         st.tu, st.bus, st.credits = tu, bus, bus.window
         # Handler timers do not nest, so a process's handlers add up to its time.
@@ -179,11 +139,11 @@ class BackendNode(RecpExecution):
             handle = await self._acquire("attribute", key, {("attr", *a): S for a in attrs})
         with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
             split = self._split(tu)
-            st.found = dm.descriptor_search(self.directory, tu, self.session.index if split
-                                            else 0, len(self.session.peers) if split else 1)
-            if split and self.session.index in self._id_senders(tu):
-                self.peer_links.broadcast(pb.DescriptorIds(
-                    epoch=key[0], seq=tu.seq, from_index=self.session.index,
+            st.found = dm.descriptor_search(self.directory, tu, self.config.index if split
+                                            else 0, len(self.config.peers) if split else 1)
+            if split and self.config.index in self._id_senders(tu):
+                self.peers.broadcast(pb.DescriptorIds(
+                    epoch=key[0], seq=tu.seq, from_index=self.config.index,
                     results=dm.to_pb_results(st.found)))
         with self._h("cc.attribute_release"):
             self.cc.release(handle)
@@ -191,7 +151,7 @@ class BackendNode(RecpExecution):
 
     def _split(self, tu: pb.TrafficUnit) -> bool:
         """Is this unit's descriptor search split over the backends (ids exchanged)?"""
-        return len(self.session.peers) > 1 and tu.predicate_count > 0 and tu.split_search
+        return len(self.config.peers) > 1 and tu.predicate_count > 0 and tu.split_search
 
     def _id_senders(self, tu: pb.TrafficUnit) -> range:
         """The backends that search a share of this unit's predicates (i mod n = index).
@@ -202,12 +162,12 @@ class BackendNode(RecpExecution):
         peer, not for the slowest of three. `predicate_count` is the m the controller
         counted over the same retrievals `dm.predicates` walks.
         """
-        return range(min(tu.predicate_count, len(self.session.peers)))
+        return range(min(tu.predicate_count, len(self.config.peers)))
 
-    async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> Future | None:
+    async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> Future[None] | None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
         # descriptor-id groups (SPEC §4). Stage 1 runs in bus order, so this never waits.
-        wants: dict[tuple, str] = {("attr", d.file, d.attr): X
+        wants: dict[Hashable, str] = {("attr", d.file, d.attr): X
                                    for d in update.descriptors if d.kind == "C"}
         for c in update.clusters:
             for attr in self.directory.files[c.file].directory_attributes \
@@ -226,7 +186,7 @@ class BackendNode(RecpExecution):
             st.peers_in.set()          # stage 2 checks whether every sender is in
 
     def on_abort(self, seq: int, reason: str) -> None:
-        st = self.tus.get((self.session.epoch, seq))
+        st = self.tus.get((self.config.epoch, seq))
         if st is not None:
             self._cancel(st, reason or "aborted by the controller")
 
@@ -239,7 +199,7 @@ class BackendNode(RecpExecution):
             st.task.cancel()
 
     def on_credit(self, seq: int, batches: int) -> None:
-        st = self.tus.get((self.session.epoch, seq))
+        st = self.tus.get((self.config.epoch, seq))
         if st is not None:
             st.credits += batches
             st.credit_ready.set()
@@ -250,7 +210,7 @@ class BackendNode(RecpExecution):
             self._cancel(st, "the controller's bus closed")
 
     def on_commit(self, seq: int) -> None:
-        st = self.tus.get((self.session.epoch, seq))
+        st = self.tus.get((self.config.epoch, seq))
         if st is not None:
             st.commit = True
             st.decided.set()
@@ -263,7 +223,7 @@ class BackendNode(RecpExecution):
                 await self._stage2(key, st)
             except Cancelled:
                 await self._finish(st, error=self._aborted(st))
-            except Exception as e:  # noqa: BLE001 - report any failure to PP, keep serving
+            except Exception as e:  # report any failure to PP, keep serving
                 log.exception("stage 2 failed for %s", key)
                 await self._finish(st, error=f"backend {self.name}: {e}")
 
@@ -271,12 +231,13 @@ class BackendNode(RecpExecution):
         tu = st.tu
         assert tu is not None
         if self._split(tu):
-            await self._wait_for_ids(st, set(self._id_senders(tu)) - {self.session.index})
+            await self._wait_for_ids(st, set(self._id_senders(tu)) - {self.config.index})
         found = dict(st.found)
         for msgs in st.peer_ids.values():
             found.update(dm.from_pb_results(msgs))
         st.found = found
-        groups = {("didgroup", f, p.attr): S for _, c, p in dm.predicates(tu) for f in c.files}
+        groups: dict[Hashable, str] = {("didgroup", f, p.attr): S
+                                       for _, c, p in dm.predicates(tu) for f in c.files}
         with self._h("cc.did_group_lock"):
             handle = await self._acquire("did_group", key, groups)
         with self._h("dm.did_groups_locked"):     # cluster search and address generation
@@ -300,11 +261,11 @@ class BackendNode(RecpExecution):
         except TimeoutError:
             missing = sorted(senders - st.peer_ids.keys())
             raise RuntimeError("no descriptor ids from backend(s) at "
-                               + ", ".join(self.session.peers[i] for i in missing)) from None
+                               + ", ".join(self.config.peers[i] for i in missing)) from None
 
     # ----------------------------------------------------------- execution --
-    async def _execute(self, key: tuple[str, int], st: TuState, plans: list[dm.RequestPlan],
-                       lock: tuple) -> None:
+    async def _execute(self, key: tuple[str, int], st: TuState, plans: list[RequestPlan],
+                       lock: tuple[Hashable, int]) -> None:
         try:
             waited = await self.cc.wait(lock)
             metrics.LOCK_WAIT_SECONDS.labels("cluster", self.name).observe(waited)
@@ -315,18 +276,18 @@ class BackendNode(RecpExecution):
                 async with self.write_turn:
                     await self.write_turn.wait_for(lambda: self.write_order[0] == key)
                 try:
-                    await self.loop.run_in_executor(self.writer, self._run_writes, st, plans,
-                                                    queued)
+                    await self.loop.run_in_executor(self.writer, self.execution.run_writes,
+                                                    st, plans, queued)
                 finally:
                     await self._next_writer(key)
             else:
-                await self._run_reads(st, plans, queued)
+                await self.execution.run_reads(st, plans, queued)
             await self._finish(st, committed=True)
         except (Cancelled, asyncio.CancelledError):
             if key in self.write_order:
                 await self._next_writer(key)
             await self._finish(st, error=self._aborted(st))
-        except Exception as e:  # noqa: BLE001 - any RECP failure rolls back and is reported
+        except Exception as e:  # any RECP failure rolls back and is reported
             log.warning("traffic unit %s failed: %s", key, e)
             await self._finish(st, error=f"backend {self.name}: {e}")
         finally:

@@ -1,10 +1,11 @@
 """RECP — record processing (SPEC §4 step 6) on this backend's SQLite records.
 
-Runs in a worker thread with the addresses DM generated (the cluster ids to
-visit). Every statement is built from validated identifiers only; every ABDL
-value is a bound parameter, so no value can change a statement.
-Partial aggregates are computed here (SUM, COUNT, MIN, MAX per group; AVG
-travels as SUM and COUNT) so only one row per group crosses the network.
+Runs the request plans DM made (`backend/plan.py`: the clusters to visit and the
+record condition) on a connection it is given: reads on the event loop, one row
+batch per `next`, writes in the writer thread. Every statement is built from
+validated identifiers only; every ABDL value is a bound parameter, so no value can
+change a statement. Partial aggregates are computed here (SUM, COUNT, MIN, MAX per
+group; AVG travels as SUM and COUNT) so only one row per group crosses the network.
 """
 
 from __future__ import annotations
@@ -12,32 +13,19 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from backend.plan import FilePlan, RequestPlan
 from backend.store import col, table
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
 from mbds.values import Value, from_pb, to_pb
 
-# Rows per RowBatch at most. gRPC's cost is per message, so fewer, larger messages cut
-# the CPU per row at the backend, at PP and at the client (PP spent 0.4 ms forwarding a
-# 1,000-row batch); 4,000 of the paper's rows are about 0.5 MB.
+# The most rows in one RowBatch this backend sends to PP. gRPC's cost is per message,
+# so fewer, larger batches cut the CPU per row here, at PP and at the client.
 BATCH_ROWS = 4000
 BATCH_BYTES = 1 << 20      # …and about this much JSON: well under gRPC's 4 MiB limit
 STEP_ROWS = 100            # rows fetched and encoded per step
-
-
-@dataclass
-class FilePlan:
-    """What DM hands RECP for one file: the clusters to visit and the condition."""
-    schema: FileSchema
-    clusters: list[int]
-    # Per applicable conjunction, its non-FILE predicates as (attr, sql op, value).
-    conjunctions: list[list[tuple[str, str, Value]]] = field(default_factory=list)
-    # Every cluster of the file: no address list is needed, a sequential scan of the
-    # file's table is cheaper than a probe of the cluster index per cluster.
-    every_cluster: bool = False
-
 
 Place = Callable[[str, list[Value]], int]
 
@@ -67,7 +55,8 @@ def _where(plan: FilePlan) -> tuple[str, list[object]]:
 
 
 def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
-    exprs, params = [], []
+    exprs: list[str] = []
+    params: list[object] = []
     for a in attrs:
         if a == "FILE":
             exprs.append("?")
@@ -110,6 +99,26 @@ class _Batcher:
             side=self.side))
         self.parts, self.size, self.count = [], 0, 0
         return msg
+
+
+def read(conn: sqlite3.Connection, request_index: int,
+         rp: RequestPlan) -> Iterator[pb.BackendReply]:
+    """One read request's replies: its row batches, or its partial groups."""
+    req = rp.request
+    r = req.retrieval
+    if req.op == pb.RETRIEVE_COMMON:
+        for fp in rp.files:
+            yield from retrieve_batches(conn, fp, [t.attr for t in r.targets], request_index, 0)
+        for fp in rp.right:
+            yield from retrieve_batches(
+                conn, fp, [t.attr for t in req.right.targets], request_index, 1)
+    elif any(t.agg for t in r.targets):
+        items = [t.attr for t in r.targets if t.agg]
+        for fp in rp.files:
+            yield from aggregate_groups(conn, fp, items, r.by, request_index)
+    else:
+        for fp in rp.files:
+            yield from retrieve_batches(conn, fp, [t.attr for t in r.targets], request_index)
 
 
 def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],

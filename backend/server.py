@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from backend.node import BackendNode, BusOut
+from backend.links import IigClient, PeerLinks
+from backend.node import BackendNode
+from backend.state import BusOut
 from backend.store import Store
 from mbds import metrics
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import until_stopped
-from mbds.values import Value, to_pb
 
 log = logging.getLogger("mbds.backend")
 
@@ -23,28 +25,29 @@ log = logging.getLogger("mbds.backend")
 class BackendServicer(rpc.BackendServicer):
     def __init__(self, node: BackendNode) -> None:
         self.node = node
-        self._iig_channel: grpc.aio.Channel | None = None
-        self._iig_address = ""
-        node.iig = self._place
 
-    async def Hello(self, request: pb.HelloRequest, context) -> pb.HelloReply:  # noqa: ANN001
+    async def Hello(self, request: pb.HelloRequest,
+                    context: grpc.aio.ServicerContext) -> pb.HelloReply:
         return pb.HelloReply(name=self.node.name, directory_digest=self.node.directory.digest(),
                              metrics_port=self.node.metrics_port)
 
-    async def Directory(self, request, context) -> pb.DirectoryReply:  # noqa: ANN001
+    async def Directory(self, request: pb.DirectoryRequest,
+                        context: grpc.aio.ServicerContext) -> pb.DirectoryReply:
         node = self.node
         counts = await node.loop.run_in_executor(
-            node.readers, node.store.cluster_counts, list(node.directory.files))
+            node.counting, node.store.cluster_counts, list(node.directory.files))
         return pb.DirectoryReply(
             name=node.name, directory=node.directory.to_update(),
             counts=[pb.ClusterCount(cluster_id=c, records=n) for c, n in counts],
             directory_digest=node.directory.digest())
 
-    async def ApplyDirectory(self, request: pb.DirectoryUpdate, context) -> pb.HelloReply:  # noqa: ANN001
+    async def ApplyDirectory(self, request: pb.DirectoryUpdate,
+                             context: grpc.aio.ServicerContext) -> pb.HelloReply:
         await self.node.apply_directory(request)
         return await self.Hello(pb.HelloRequest(), context)
 
-    async def Bus(self, request_iterator, context):  # noqa: ANN001, ANN201
+    async def Bus(self, request_iterator: AsyncIterator[pb.BusBatch],
+                  context: grpc.aio.ServicerContext) -> AsyncIterator[pb.BackendReplies]:
         """Traffic units come down in the controller's total order; results go back up.
 
         Each message down is handled completely (stage 1) before the next one is read.
@@ -68,7 +71,8 @@ class BackendServicer(rpc.BackendServicer):
             reader.cancel()
             self.node.on_bus_closed(bus)
 
-    async def _read_bus(self, request_iterator, bus: BusOut) -> None:  # noqa: ANN001
+    async def _read_bus(self, request_iterator: AsyncIterator[pb.BusBatch],
+                        bus: BusOut) -> None:
         node = self.node
         try:
             async for batch in request_iterator:
@@ -84,27 +88,18 @@ class BackendServicer(rpc.BackendServicer):
                         node.on_abort(msg.abort.seq, msg.abort.reason)
                     elif kind == "hello":
                         node.on_hello(msg.hello, bus)
-        except Exception as e:  # noqa: BLE001 - a broken bus ends the call
+        except Exception as e:  # a broken bus ends the call
             log.info("bus from the controller ended: %s", e)
         finally:
             bus.queue.put_nowait(None)
-
-    async def _place(self, file: str, values: list[Value]) -> pb.PlaceReply:
-        address = self.node.session.iig_address
-        if self._iig_channel is None or address != self._iig_address:
-            self._iig_channel = grpc.aio.insecure_channel(address)
-            self._iig_address = address
-        stub = rpc.IigStub(self._iig_channel)
-        return await stub.Place(pb.PlaceRequest(
-            file=file, directory_values=[to_pb(v) for v in values], backend=self.node.name),
-            timeout=30)
 
 
 class PeerServicer(rpc.PeerServicer):
     def __init__(self, node: BackendNode) -> None:
         self.node = node
 
-    async def DescriptorIdsStream(self, request_iterator, context) -> pb.PeerAck:  # noqa: ANN001
+    async def DescriptorIdsStream(self, request_iterator: AsyncIterator[pb.DescriptorIdsBatch],
+                                  context: grpc.aio.ServicerContext) -> pb.PeerAck:
         async for batch in request_iterator:
             for msg in batch.ids:
                 self.node.on_peer_ids(msg)
@@ -117,7 +112,8 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     """Run one backend until SIGTERM/SIGINT; its data and identity live in data_dir."""
     store = Store(data_dir / "backend.db", synchronous=synchronous, memory=memory)
     node_name = store.identity(name or data_dir.resolve().name)
-    node = BackendNode(node_name, store)
+    peers, iig = PeerLinks(), IigClient(node_name)
+    node = BackendNode(node_name, store, peers=peers, iig=iig)
     node.metrics_port = metrics_port
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
     rpc.add_BackendServicer_to_server(BackendServicer(node), server)
@@ -134,8 +130,9 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     await health_servicer.enter_graceful_shutdown()
     # Our streams to the peers end first: a peer stopping at the same time then has no
     # open stream from us to wait its grace period for.
-    await node.peer_links.close()
+    await peers.close()
     await server.stop(grace)
+    await iig.close()
     node.writer.shutdown(wait=True)
     store.close()
     log.info("backend %s stopped", node_name)

@@ -6,8 +6,10 @@ from it), `clusters` (CDT), and one STRICT table `r_<FILE>` per file whose
 backend are found through it (address generation, SPEC §4 step 5).
 
 Connections: one writer connection, used only from the single writer thread
-(datasette's pattern: one writer, many readers), and one read-only
-connection per reader thread. WAL lets readers run beside the writer.
+(datasette's pattern: one writer, many readers); read-only connections for the
+reads of traffic units, which run on the event loop (a small pool, one per unit
+reading at the time); and one for the thread that counts records per cluster
+for the controller's Directory call. WAL lets the reads run beside the writer.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Store:
         self.synchronous = synchronous.upper()
         self.memory = memory
         self._local = threading.local()
+        self._writer: sqlite3.Connection | None = None
+        self._pool: list[sqlite3.Connection] = []     # read-only, for the event loop
         if memory:
             # One shared in-memory database (benchmarks of durability modes only).
             self.uri = f"file:mbds-{uuid.uuid4().hex}?mode=memory&cache=shared"
@@ -85,20 +89,20 @@ class Store:
 
     def writer(self) -> sqlite3.Connection:
         """The writer connection; call only from the writer thread (or at startup)."""
-        if getattr(self, "_writer", None) is None:
+        if self._writer is None:
             self._writer = self._connect(readonly=False)
         return self._writer
 
     def checkout_reader(self) -> sqlite3.Connection:
         """A read-only connection for one traffic unit on the event loop (see checkin)."""
-        pool = self.__dict__.setdefault("_pool", [])
+        pool = self._pool
         return pool.pop() if pool else self._connect(readonly=True)
 
     def checkin_reader(self, conn: sqlite3.Connection) -> None:
-        self.__dict__.setdefault("_pool", []).append(conn)
+        self._pool.append(conn)
 
     def reader(self) -> sqlite3.Connection:
-        """This thread's read-only connection."""
+        """This thread's read-only connection (the cluster-counting thread's)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._local.conn = self._connect(readonly=True)
@@ -186,7 +190,7 @@ class Store:
         return out
 
     def close(self) -> None:
-        if getattr(self, "_writer", None) is not None:
+        if self._writer is not None:
             self._writer.close()
             self._writer = None
 

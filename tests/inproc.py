@@ -4,6 +4,7 @@ backend's DM, on the census database of tests/conftest.py, without any process."
 from __future__ import annotations
 
 from backend import dm
+from backend.plan import RequestPlan
 from controller.iig import Iig
 from controller.reqp import Prepared, Reqp
 from mbds.directory import Directory
@@ -35,7 +36,7 @@ def prepare(directory: Directory, text: str) -> list[Prepared]:
     return Reqp(directory).prepare(text)[0]
 
 
-def plan(directory: Directory, text: str) -> list[dm.RequestPlan]:
+def plan(directory: Directory, text: str) -> list[RequestPlan]:
     """REQP, then DM's descriptor search (whole, on one backend), cluster search and
     address generation, as a backend runs them for the traffic unit of `text`."""
     tu = pb.TrafficUnit(requests=[p.request for p in prepare(directory, text)])

@@ -4,6 +4,7 @@ tests/test_mutants_*.py tests (docs/mutation.md)."""
 from __future__ import annotations
 
 from backend import dm
+from backend.plan import RequestPlan
 from controller.iig import Iig
 from controller.reqp import Reqp
 from mbds.directory import Directory
@@ -35,6 +36,6 @@ def unit(d: Directory, text: str) -> pb.TrafficUnit:
     return pb.TrafficUnit(requests=[p.request for p in Reqp(d).prepare(text)[0]])
 
 
-def plan(d: Directory, text: str) -> list[dm.RequestPlan]:
+def plan(d: Directory, text: str) -> list[RequestPlan]:
     tu = unit(d, text)
     return dm.plan_requests(d, tu, dm.descriptor_search(d, tu, 0, 1))

@@ -5,8 +5,8 @@ import asyncio
 import pytest
 
 from backend.cc import IS, IX, LockTable, S, X, join
-from backend.dm import RequestPlan, lock_set
-from backend.recp import FilePlan
+from backend.dm import lock_set
+from backend.plan import FilePlan, RequestPlan
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
 from tests.inproc import census_iig

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from backend import dm
 from backend.cc import IX, S, X
+from backend.plan import DescriptorResults
 from mbds.proto import mbds_pb2 as pb
 from tests.mutants_census import census, plan, unit
 
@@ -48,7 +49,7 @@ def test_the_descriptor_search_shares_of_n_backends_add_up_to_the_whole() -> Non
 
 
 def test_descriptor_results_survive_the_trip_between_backends() -> None:
-    found: dm.DescriptorResults = {0: {7, 3}, 1: None, 2: set()}
+    found: DescriptorResults = {0: {7, 3}, 1: None, 2: set()}
     msgs = dm.to_pb_results(found)
     assert [(m.predicate_index, list(m.descriptor_ids), m.unrestricted) for m in msgs] == [
         (0, [3, 7], False), (1, [], True), (2, [], False)]

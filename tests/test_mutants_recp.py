@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from backend import recp
-from backend.recp import FilePlan
+from backend.plan import FilePlan
 from backend.store import Store
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition

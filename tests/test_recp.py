@@ -8,7 +8,8 @@ import sqlite3
 import pytest
 
 from backend import recp
-from backend.recp import FilePlan, _where
+from backend.plan import FilePlan
+from backend.recp import _where
 from backend.store import Store, table
 from mbds.schema import parse_definition
 from tests.conftest import CENSUS_YAML

@@ -1,4 +1,5 @@
-"""Backend-to-backend links for the descriptor-id broadcast (SPEC §4 step 3).
+"""A backend's outbound links: the descriptor-id streams to its peers (SPEC §4 step 3)
+and the IIG placement client, both configured from the bus hello.
 
 One long-lived client stream per peer: a broadcast is a queue put, not an RPC,
 which keeps the exchange cheap enough for two-record requests. A broken
@@ -11,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import grpc
 
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.values import Value, to_pb
 
 log = logging.getLogger("mbds.peers")
 
@@ -29,7 +32,8 @@ class _PeerLink:
         self.task = asyncio.create_task(self._run())
 
     @staticmethod
-    async def _messages(queue: asyncio.Queue[pb.DescriptorIds]):  # noqa: ANN205
+    async def _messages(
+            queue: asyncio.Queue[pb.DescriptorIds]) -> AsyncIterator[pb.DescriptorIdsBatch]:
         while True:
             ids = [await queue.get()]
             while not queue.empty():       # every unit searched meanwhile goes along
@@ -57,6 +61,8 @@ class _PeerLink:
 
 
 class PeerLinks:
+    """The descriptor-id streams to every other backend of the bus."""
+
     def __init__(self) -> None:
         self.links: dict[str, _PeerLink] = {}
         self.targets: list[str] = []
@@ -74,3 +80,33 @@ class PeerLinks:
     async def close(self) -> None:
         for link in self.links.values():
             await link.close()
+
+
+class IigClient:
+    """Asks IIG (at the controller) for the cluster of a record an UPDATE moves to
+    directory values that have no cluster here yet."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.address = ""           # from the bus hello
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_address = ""
+
+    def configure(self, address: str) -> None:
+        self.address = address
+
+    async def place(self, file: str, values: list[Value]) -> pb.PlaceReply:
+        if not self.address:
+            raise RuntimeError("no IIG to place a moved record")
+        if self._channel is None or self.address != self._channel_address:
+            self._channel = grpc.aio.insecure_channel(self.address)
+            self._channel_address = self.address
+        stub = rpc.IigStub(self._channel)
+        return await stub.Place(pb.PlaceRequest(
+            file=file, directory_values=[to_pb(v) for v in values], backend=self.backend),
+            timeout=30)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

@@ -1,0 +1,75 @@
+"""What the node and the execution share: a traffic unit's state on this backend, the
+bus it answers on, the bus's configuration, and the handler timers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from backend.plan import DescriptorResults
+from mbds import metrics
+from mbds.proto import mbds_pb2 as pb
+
+# Times one message handler, named "process.name" (e.g. "cc.cluster_lock").
+Timer = Callable[[str], AbstractContextManager[object]]
+
+
+def handler_timer(backend: str) -> Timer:
+    """The handler timer of this backend; timers do not nest, so a process's handlers
+    add up to its time."""
+    def timer(handler: str) -> AbstractContextManager[object]:
+        process, name = handler.split(".")
+        return metrics.handler(process.upper(), name, backend)
+    return timer
+
+
+class Cancelled(Exception):
+    """The traffic unit was aborted (by PP, or because nobody collects its results)."""
+
+
+class BusOut:
+    """The backend's side of one bus: replies queued for the stream back to PP."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[pb.BackendReply | None] = asyncio.Queue()
+        self.window = 8
+
+    def send(self, msg: pb.BackendReply) -> None:
+        self.queue.put_nowait(msg)
+
+
+@dataclass
+class BusConfig:
+    """The bus's configuration, from the controller's BusHello."""
+    epoch: str = ""
+    index: int = 0                  # this backend's place among the peers
+    peers: list[str] = field(default_factory=list)
+    iig_address: str = ""
+
+
+@dataclass(eq=False)
+class TuState:
+    """One traffic unit on this backend, from its first message to its last reply."""
+    key: tuple[str, int] = ("", 0)
+    tu: pb.TrafficUnit | None = None
+    bus: BusOut | None = None          # the bus it came on: where its results go
+    credits: int = 0                   # row batches it may still send ahead of PP
+    credit_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
+    peers_in: asyncio.Event = field(default_factory=asyncio.Event)
+    found: DescriptorResults = field(default_factory=dict)
+    cancelled: str = ""
+    # The writer's job storing this unit's directory update (tables and indexes of a
+    # definition). Stage 1 must not wait for it (the writer may be holding a prepared
+    # unit whose commit comes later on the bus); a read waits in stage 2, so a
+    # definition is answered only once its tables and indexes exist.
+    stored: asyncio.Future[None] | None = None
+    task: asyncio.Task[None] | None = None
+    # PP's decision on a prepared write, read by the writer thread.
+    decided: threading.Event = field(default_factory=threading.Event)
+    commit: bool = False
+    expiry: asyncio.TimerHandle | None = None   # forgets it if its traffic unit never comes
+
