@@ -2,8 +2,7 @@
 
 Output folders, machine facts, result files (CSV + JSON + markdown), rich
 tables, a local cluster per run, and counting a reply's rows without decoding
-them. Heavy imports (rich) happen inside functions: `mbds backend` imports
-this package through the CLI, and backends should start fast.
+them.
 """
 
 from __future__ import annotations
@@ -191,7 +190,7 @@ class Gate:
                 try:
                     self.barrier.wait()
                     fn()
-                except BaseException as e:      # noqa: BLE001 — re-raised in the caller
+                except BaseException as e:      # re-raised in the caller
                     self.errors.append(e)
                     self.barrier.abort()
             return go

@@ -12,11 +12,19 @@ their summed budget.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import click
 
-from mbds.cluster import LocalCluster
+from mbds.cluster import LocalCluster, Proc
+
+
+class HasBackends(Protocol):
+    """A local cluster, or the n clusters of `mbds bench paper --control` asked as one."""
+
+    @property
+    def backends(self) -> Sequence[Proc]: ...
 
 
 def _seconds(p: Any) -> float:
@@ -81,7 +89,7 @@ class BackendCpu:
     how the work itself divides over the backends.
     """
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: HasBackends) -> None:
         self.pids = [b.popen.pid for b in cluster.backends]
 
     def read(self) -> list[float] | None:

@@ -25,6 +25,7 @@ from typing import Any
 import click
 import grpc
 
+from loadgen import paper_db
 from loadgen.common import (
     Row,
     cluster_options,
@@ -39,7 +40,6 @@ from loadgen.common import (
     write_json,
     write_summary,
 )
-from mbds import paper
 from mbds.client import Client, ClientError, Result
 from mbds.cluster import LocalCluster
 
@@ -131,7 +131,7 @@ class Traffic:
         c = self.clients[0]
         c.define(definition(len(self.clients)))
         if load_scale:
-            c.define(paper.definition_yaml(load_scale))
+            c.define(paper_db.definition_yaml(load_scale))
         for _ in c.load(FILE, ["K", "G", "V", "S"],
                         (([k, GROUPS[k % len(GROUPS)], k, f"base {k}"], None)
                          for k in range(BASE))):
@@ -167,7 +167,7 @@ class Traffic:
     def load(self, scale: int) -> int:
         """A bulk load of the paper's records (1,000 × scale); returns the records stored."""
         return sum(d.stats.records_retrieved for d in self.clients[0].load(
-            paper.FILE, paper.ATTRIBUTES, paper.records(scale)))
+            paper_db.FILE, paper_db.ATTRIBUTES, paper_db.records(scale)))
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

@@ -17,38 +17,26 @@ import platform
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.progress import Progress
 
+from loadgen import paper_db as P
 from loadgen import paper_report
 from loadgen.common import Counted, run_counted, split_search_option
 from loadgen.compose_cluster import ComposeCluster
 from loadgen.cpu import BackendCpu
 from loadgen.paper_control import Together, start_together
+from loadgen.paper_results import Config, ConfigResult
 from loadgen.speed import speed_probe_ms
-from mbds import paper as P
+from loadgen.table8 import Scrape, handler_rows, scrape, settle
 from mbds.client import Client
 from mbds.cluster import LocalCluster
-from mbds.report import Sample, Scrape, scrape, settle
 
 console = Console()
-
-
-@dataclass
-class Config:
-    name: str          # e.g. "A.E", "B4.I", "Ax4.E"
-    kind: str          # A | B | C | X (A×n, the control: n one-backend clusters)
-    backends: int
-    multi: int
-    timing: bool
-
-    @property
-    def records(self) -> int:
-        return 1000 * self.multi       # times the scale factor
 
 
 def configurations(backends: list[int], timings: list[bool], control: bool = False
@@ -66,31 +54,6 @@ def configurations(backends: list[int], timings: list[bool], control: bool = Fal
     return out
 
 
-@dataclass
-class ConfigResult:
-    config: Config
-    times_ms: dict[int, list[float]] = field(default_factory=dict)      # request -> runs
-    records: dict[int, int] = field(default_factory=dict)
-    clusters: dict[int, int] = field(default_factory=dict)
-    handlers: dict[int, list[dict]] = field(default_factory=dict)      # Table 8 rows
-    # request -> runs of (mean, max) over the backends of their own time (RECP et al.)
-    backend_ms: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
-    # request -> runs of (mean, max) over the backends of the CPU ms each spent on it
-    # (local clusters only; empty where the kernel keeps no per-thread count)
-    backend_cpu_ms: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
-    load_s: float = 0.0
-
-    def mean(self, req: int) -> float:
-        return statistics.fmean(self.times_ms[req])
-
-    def median(self, req: int) -> float:
-        return statistics.median(self.times_ms[req])
-
-    def sd(self, req: int) -> float:
-        runs = self.times_ms[req]
-        return statistics.stdev(runs) if len(runs) > 1 else 0.0
-
-
 def timed_request(client: Client | Together, text: str) -> tuple[float, Counted]:
     """(response time ms, what came back) of one request."""
     if isinstance(client, Together):
@@ -101,15 +64,12 @@ def timed_request(client: Client | Together, text: str) -> tuple[float, Counted]
 
 
 def handler_means(before: Scrape, after: Scrape, runs: int) -> list[dict]:
-    """Table 8 rows: each handler's mean time per call and calls per request."""
-    rows = []
-    for key in sorted(after.handlers):
-        old = before.handlers.get(key, Sample())
-        s, c = after.handlers[key].sum - old.sum, after.handlers[key].count - old.count
-        if c > 0:
-            rows.append({"process": key[0], "handler": key[1], "backend": key[2] or "-",
-                         "mean_ms": s / c * 1000, "calls_per_request": c / runs})
-    return rows
+    """Table 8 rows as the report files keep them: each handler's mean time per call and
+    calls per request, by (process, handler, backend)."""
+    return [{"process": r.process, "handler": r.handler, "backend": r.backend or "-",
+             "mean_ms": r.ms_per_call, "calls_per_request": r.calls_per_request}
+            for r in sorted(handler_rows(before, after, runs),
+                            key=lambda r: (r.process, r.handler, r.backend))]
 
 
 @dataclass
@@ -129,9 +89,9 @@ def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: fl
     if cfg.kind == "X":
         together, load_s = start_together(cfg, scale=scale, record_bytes=record_bytes,
                                           backend_cpus=backend_cpus, workdir=workdir)
-        cpu = BackendCpu(together)   # type: ignore[arg-type]
+        meter = BackendCpu(together)
         return Running(ConfigResult(cfg, load_s=load_s), together, together, [],
-                       None if cpu.read() is None else cpu)
+                       None if meter.read() is None else meter)
     cluster: LocalCluster | ComposeCluster
     if compose:
         cluster = ComposeCluster(cfg.backends, internal_timing=cfg.timing,
@@ -155,9 +115,11 @@ def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: fl
     except BaseException:
         cluster.stop()
         raise
-    cpu = None if compose else BackendCpu(cluster)   # type: ignore[arg-type]
-    if cpu is not None and cpu.read() is None:
-        cpu = None
+    cpu: BackendCpu | None = None
+    if isinstance(cluster, LocalCluster):
+        cpu = BackendCpu(cluster)
+        if cpu.read() is None:      # no per-thread CPU counts on this kernel
+            cpu = None
     return Running(res, cluster, c, urls, cpu)
 
 

@@ -17,17 +17,14 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from loadgen import paper_db as P
 from loadgen.common import Counted, run_counted
 from loadgen.formulas import mbds_part, reduction
 from loadgen.paper_parts import busiest
-from mbds import paper as P
+from loadgen.paper_results import Config, ConfigResult
 from mbds.client import Client
 from mbds.cluster import LocalCluster, Proc
-
-if TYPE_CHECKING:
-    from loadgen.paper_bench import Config, ConfigResult
 
 
 class Together:

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from loadgen.formulas import improvement, improvement_bound, reduction
-
-if TYPE_CHECKING:
-    from loadgen.paper_bench import ConfigResult
+from loadgen.paper_results import ConfigResult
 
 
 def _fmt(v: float) -> str:

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 
 from loadgen import paper_report
-from loadgen.paper_bench import Config, ConfigResult
+from loadgen.paper_results import Config, ConfigResult
 
 console = Console()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -20,9 +19,7 @@ from loadgen.formulas import (
     overhead,
     reduction,
 )
-
-if TYPE_CHECKING:
-    from loadgen.paper_bench import ConfigResult
+from loadgen.paper_results import ConfigResult
 
 
 def _by_name(results: list[ConfigResult]) -> dict[str, ConfigResult]:

@@ -10,12 +10,9 @@ settings the targets assume. Each verdict is taken on the unrounded figures.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from loadgen.formulas import PAPER_IMPROVEMENT, improvement, mbds_part, reduction
-
-if TYPE_CHECKING:
-    from loadgen.paper_bench import ConfigResult
+from loadgen.paper_results import ConfigResult
 
 IMPROVEMENT_1_2 = 45.0          # % for requests 2–9
 PAPER_BEST = max(v for v in PAPER_IMPROVEMENT.values() if v is not None)   # 48.94%

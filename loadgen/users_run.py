@@ -1,13 +1,10 @@
 """One timed run of IDM Test 1's users, all on one asyncio event loop.
 
-Each user has its own gRPC channel and session (its own connection, as each
-IDM user had its own terminal line) and runs its scripts back to back, each
-retrieve written to the session and read up to the reply marked `end`. Users are
-coroutines, not threads: the harness shares the machine's two cores with the
-controller and the backends, and 24 threads contending for the GIL cost the
-machine about a third more CPU per request than one loop does (0.77 against
-0.58 ms per request at 24 users, measured with /proc/<pid>/stat) — CPU the
-IDM's users, on their own terminals, never took from the database machine.
+Each user has its own `AsyncClient` — its own channel and session, as each IDM user
+had its own terminal line — and runs its scripts back to back. Users are coroutines,
+not threads: the harness shares the machine's two cores with the controller and the
+backends, and threads contending for the GIL would take more of that CPU per request
+than one loop does (docs/benchmarks-seeds.md has the figures).
 """
 
 from __future__ import annotations
@@ -15,64 +12,48 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
-
 from loadgen.hist import Hist
-from mbds.client import ClientError
-from mbds.proto import mbds_pb2 as pb
-from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.client import AsyncClient, ClientError
 
 TIMEOUT_S = 120.0
 
 
 async def _run(address: str, users: int, scripts: list[list[list[str]]], hist: Hist,
                dry: bool) -> tuple[float, int]:
-    channels = [grpc.aio.insecure_channel(address) for _ in range(max(users, 1))]
-    stubs = [rpc.ControllerStub(c) for c in channels]
-    rows = [0] * len(channels)
+    clients = [AsyncClient(address, timeout=TIMEOUT_S) for _ in range(max(users, 1))]
+    rows = [0] * len(clients)
+    asking: list[float | None] = [None] * len(clients)   # when each user's retrieve began
 
-    async def retrieve(session: grpc.aio.StreamStreamCall, text: str) -> int:
+    async def retrieve(client: AsyncClient, text: str) -> int:
+        # Rows are counted from each batch's `count`, never decoded (as run_counted does).
         got = 0
-        await session.write(pb.ExecuteRequest(text=text, timeout_s=TIMEOUT_S))
-        while True:
-            batch = await session.read()
-            if batch is grpc.aio.EOF:
-                raise ClientError("UNAVAILABLE", "the controller closed the session")
-            # Rows are counted from each batch's `count`, never decoded (as run_counted does).
+        async for batch in client.batches(text):
             got += sum(r.rows.count for r in batch.replies if r.WhichOneof("body") == "rows")
-            if batch.end:
-                if batch.HasField("failure"):
-                    raise ClientError(batch.failure.code, batch.failure.message)
-                return got
-
-    asking: list[float | None] = [None] * len(channels)   # when each user's retrieve began
+        return got
 
     async def user(i: int) -> None:
-        session = None if dry else stubs[i].Session()
         for script in scripts[i]:
             for text in script:
                 asking[i] = t = time.perf_counter()
-                got = 1 if dry else await retrieve(session, text)
+                got = 1 if dry else await retrieve(clients[i], text)
                 hist.record((time.perf_counter() - t) * 1000)
                 asking[i] = None
                 rows[i] += got
-        if session is not None:
-            await session.done_writing()
     try:
         if not dry:     # connect first, so channel set-up is not part of the timed run
-            await asyncio.wait_for(asyncio.gather(*(c.channel_ready() for c in channels)), 30)
+            await asyncio.gather(*(c.connect() for c in clients))
         t0 = time.perf_counter()
-        await _watched(asyncio.gather(*(user(i) for i in range(len(channels)))), asking)
+        await _watched(asyncio.gather(*(user(i) for i in range(len(clients)))), asking)
         elapsed = time.perf_counter() - t0
     finally:
-        for c in channels:
+        for c in clients:
             await c.close()
     return elapsed, sum(rows)
 
 
 async def _watched(users: asyncio.Future, asking: list[float | None]) -> None:
     """Await the users; fail the run if one retrieve goes unanswered for TIMEOUT_S + 5 s
-    (a session has no deadline per request, and a timer per read costs a task each)."""
+    (one timer for all users, not a timer per request)."""
     while True:
         done, _ = await asyncio.wait({users}, timeout=1.0)
         if done:
@@ -92,7 +73,4 @@ def run_users(address: str, users: int, scripts: list[list[list[str]]], hist: Hi
     `dry` is the zero-user run: the same loop, scripts and bookkeeping, nothing sent.
     A failed retrieve raises ClientError, as the synchronous client's calls do.
     """
-    try:
-        return asyncio.run(_run(address, users, scripts, hist, dry))
-    except grpc.aio.AioRpcError as e:
-        raise ClientError(e.code().name, e.details() or e.code().name) from None
+    return asyncio.run(_run(address, users, scripts, hist, dry))

@@ -1,3 +1,3 @@
-from mbds.cli import main
+from cli.main import main
 
 main()

@@ -1,13 +1,15 @@
-"""A small synchronous client for the controller (used by the CLI, tests and loadgen)."""
+"""The client library: a synchronous `Client` (the CLI, tests, most benchmarks) and an
+asyncio `AsyncClient` (many sessions on one event loop), one protocol for both."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,14 +51,31 @@ def stats_dict(s: pb.RequestStats) -> dict[str, Any]:
 
 
 def _error(e: grpc.RpcError) -> ClientError:
-    return ClientError(e.code().name, e.details() or e.code().name)  # type: ignore[attr-defined]
+    return ClientError(e.code().name, e.details() or e.code().name)
+
+
+def _request(text: str, timeout: float) -> pb.ExecuteRequest:
+    return pb.ExecuteRequest(text=text, timeout_s=timeout)
+
+
+def _ended(batch: pb.ExecuteReplies) -> bool:
+    """Whether `batch` is its request's last message; raises the request's failure."""
+    if not batch.end:
+        return False
+    if batch.HasField("failure"):
+        raise ClientError(batch.failure.code, batch.failure.message)
+    return True
+
+
+def _closed() -> ClientError:
+    return ClientError("UNAVAILABLE", "the controller closed the session")
 
 
 class Client:
     """A connection to the controller. Requests go over one `Session` stream, opened
-    at the first request and kept (a call per request costs both ends about three
-    times the CPU); a request made while another is still being read, from this
-    thread or another, goes as an `Execute` call of its own."""
+    at the first request and kept (a call per request costs both ends several times
+    the CPU of a message on an open stream); a request made while another is still
+    being read, from this thread or another, goes as an `Execute` call of its own."""
 
     def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
                  channel_options: Sequence[tuple[str, Any]] = ()) -> None:
@@ -105,7 +124,7 @@ class Client:
     def call(self, text: str) -> Iterator[pb.ExecuteReply]:
         """The reply stream of one traffic unit over an `Execute` call of its own."""
         try:
-            for batch in self.stub.Execute(pb.ExecuteRequest(text=text, timeout_s=self.timeout),
+            for batch in self.stub.Execute(_request(text, self.timeout),
                                            timeout=self.timeout + 5):
                 yield from batch.replies
         except grpc.RpcError as e:
@@ -128,7 +147,7 @@ class Client:
             raise _error(e) from None
 
     def load(self, file: str, attributes: list[str],
-             rows: Iterable[tuple[list[Value], str | None]], *, chunk: int = 2000
+             rows: Iterable[tuple[Sequence[Value], str | None]], *, chunk: int = 2000
              ) -> Iterator[pb.RequestDone]:
         """Bulk-insert records (values aligned with `attributes`); yields each chunk's done."""
         def chunks() -> Iterator[pb.LoadRequest]:
@@ -196,21 +215,111 @@ class Session:
 
     def ask(self, text: str) -> Iterator[pb.ExecuteReply]:
         self.deadline = time.monotonic() + self.timeout + 5
-        self.requests.put(pb.ExecuteRequest(text=text, timeout_s=self.timeout))
+        self.requests.put(_request(text, self.timeout))
         try:
             for batch in self.replies:
                 yield from batch.replies
                 if batch.end:
                     self.deadline = None
-                    if batch.HasField("failure"):
-                        raise ClientError(batch.failure.code, batch.failure.message)
+                    _ended(batch)
                     return
         except grpc.RpcError as e:
             if self.expired:
-                raise ClientError("DEADLINE_EXCEEDED", f"no answer from the controller in "
-                                  f"{self.timeout + 5:g} s") from None
+                raise _deadline(self.timeout) from None
             raise _error(e) from None
-        raise ClientError("UNAVAILABLE", "the controller closed the session")
+        raise _closed()
+
+
+def _deadline(timeout: float) -> ClientError:
+    return ClientError("DEADLINE_EXCEEDED",
+                       f"no answer from the controller in {timeout + 5:g} s")
+
+
+class AsyncClient:
+    """A connection to the controller for asyncio code: its own channel and one `Session`
+    stream, opened at the first request, with the synchronous `Client`'s protocol.
+
+    Requests on one client go one at a time over the session; one made while another is
+    still being read goes as an `Execute` call of its own. `execute` fails a request
+    unanswered after `timeout` + 5 s (the controller fails it at `timeout`); `batches`
+    sets no deadline of its own, so a caller timing many sessions can watch them all
+    with one timer instead of one per request.
+    """
+
+    def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
+                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.channel = grpc.aio.insecure_channel(address, options=[
+            ("grpc.max_receive_message_length", 64 << 20), *channel_options])
+        self.stub = rpc.ControllerStub(self.channel)
+        self._session: Any = None       # a grpc.aio stream-stream call
+        self._in_use = False            # a request is being read off the session
+        self.sessions_opened = 0
+
+    async def connect(self, timeout: float = 30.0) -> None:
+        """Wait until the channel is connected (so set-up is not part of a timed run)."""
+        await asyncio.wait_for(self.channel.channel_ready(), timeout)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            self._session.cancel()
+            self._session = None
+        await self.channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def batches(self, text: str) -> AsyncIterator[pb.ExecuteReplies]:
+        """The reply batches of one traffic unit, the last one marked `end`."""
+        if self._in_use:
+            async for batch in self._call(text):
+                yield batch
+            return
+        self._in_use = True
+        ended = False
+        try:
+            if self._session is None:
+                self._session = self.stub.Session()
+                self.sessions_opened += 1
+            await self._session.write(_request(text, self.timeout))
+            while True:
+                batch = await self._session.read()
+                if batch is grpc.aio.EOF:
+                    raise _closed()
+                ended = batch.end
+                yield batch
+                if _ended(batch):
+                    return
+        except grpc.RpcError as e:
+            raise _error(e) from None
+        finally:
+            self._in_use = False
+            if not ended and self._session is not None:   # left mid-answer: not reusable
+                self._session.cancel()
+                self._session = None
+
+    async def _call(self, text: str) -> AsyncIterator[pb.ExecuteReplies]:
+        try:
+            async for batch in self.stub.Execute(_request(text, self.timeout),
+                                                 timeout=self.timeout + 5):
+                yield batch
+        except grpc.RpcError as e:
+            raise _error(e) from None
+
+    async def execute(self, text: str) -> list[Result]:
+        """Run one request or transaction; one Result per request."""
+        replies: list[pb.ExecuteReply] = []
+        try:
+            async with asyncio.timeout(self.timeout + 5):
+                async for batch in self.batches(text):
+                    replies.extend(batch.replies)
+        except TimeoutError:
+            raise _deadline(self.timeout) from None
+        return collect(replies)
 
 
 def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:

@@ -12,11 +12,9 @@ from pathlib import Path
 
 V2_ROOT = Path("/sys/fs/cgroup")
 V1_ROOT = Path("/sys/fs/cgroup/cpu")
-# A short enforcement period: with the default 100 ms a backend may run 40 ms
-# flat out and then sit throttled for 60 ms, which adds tens of milliseconds of
-# jitter to a 2 ms request. 10 ms makes the budget behave like a slower CPU.
-# Shorter is worse: at 4 ms (quota 1 ms for a quarter CPU) B2's requests 2 and 7
-# took 14-30% longer per backend, throttled and refilling caches every period.
+# A short enforcement period, so a budget behaves like a slower CPU rather than bursts
+# of full speed and throttled pauses (which add jitter to short requests); shorter
+# periods cost more than they smooth (docs/results/README.md, "Noise").
 PERIOD_US = 10_000
 MIN_QUOTA_US = 1000        # the kernel's least quota
 

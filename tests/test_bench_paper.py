@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from loadgen import paper_db as P
 from loadgen.cpu import run_ms
 from loadgen.formulas import improvement, improvement_bound, reduction
 from loadgen.paper_bench import paper
 from loadgen.paper_pool import paper_pool
-from mbds import paper as P
 
 
 def test_bench_paper_small_run(tmp_path: Path) -> None:

@@ -119,8 +119,27 @@ def test_the_cli_loads_without_the_benchmark_extras() -> None:
     code = ("import sys\n"
             "for m in ('psutil', 'matplotlib'):\n"
             "    sys.modules[m] = None   # any import of them fails\n"
-            "from mbds.cli import main\n"
+            "from cli.main import main\n"
             "sys.argv = ['mbds', 'backend', '--help']\n"
             "main()\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "Run one backend" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("service", ["backend", "controller"])
+def test_the_services_import_no_benchmark_or_plotting(service: str) -> None:
+    """`python -m mbds backend|controller --help` imports only its own command: no loadgen,
+    matplotlib, psutil or rich (the command line imports a command when it runs)."""
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['mbds', '{service}', '--help']\n"
+            "try:\n"
+            "    runpy.run_module('mbds', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as e:\n"
+            "    assert not e.code, e.code\n"
+            "print(' '.join(sorted(sys.modules)))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Usage" in r.stdout, r.stderr
+    loaded = r.stdout.splitlines()[-1].split()
+    assert "cli.services" in loaded
+    assert [m for m in loaded if m.split(".")[0] in ("loadgen", "matplotlib", "psutil",
+                                                     "rich")] == []

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from controller.iig import Iig
-from mbds import paper as P
+from loadgen import paper_db as P
 from mbds.directory import Directory
 from mbds.errors import DefinitionError
 from mbds.proto import mbds_pb2 as pb

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from mbds import paper as P
-from mbds.paper_cli import run_table2
+from loadgen import paper_db as P
+from loadgen.table2 import run_table2
 from tests.conftest import Running, start_cluster
 
 MULTI = 2

@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from mbds import paper as P
+from cli.report import report
+from loadgen import paper_db as P
 from mbds.client import Client
-from mbds.report import report
 from tests.conftest import Running
 
 Labels = tuple[tuple[str, str], ...]

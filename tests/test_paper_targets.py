@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from loadgen.paper_bench import Config, ConfigResult
+from loadgen.paper_results import Config, ConfigResult
 from loadgen.paper_targets import PAPER_BEST, targets_table
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 import pytest
 
-from mbds import paper as P
+from loadgen import paper_db as P
 from mbds.client import Client, ClientError
 from tests.test_metrics import load_paper, metrics_urls, scrape, series, start_with_metrics
 

@@ -10,7 +10,7 @@ import signal
 import grpc
 import pytest
 
-from mbds import paper as P
+from loadgen import paper_db as P
 from mbds.client import Client, ClientError, collect
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc

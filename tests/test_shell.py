@@ -6,7 +6,7 @@ import sys
 
 import pexpect
 
-from mbds.shell import _complete
+from cli.shell import _complete
 from tests.conftest import CENSUS_YAML
 
 

@@ -293,7 +293,7 @@ def test_prometheus_scrapes_controller_and_every_backend(stack3: Stack) -> None:
 # a line per acknowledged chunk, then the error that ended the load (or `done`).
 LOAD_SCRIPT = """
 import json, sys
-from mbds import paper as P
+from loadgen import paper_db as P
 from mbds.client import Client, ClientError
 SCALE, CHUNK = {scale}, {chunk}
 acked = 0

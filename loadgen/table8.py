@@ -1,4 +1,4 @@
-"""`mbds report handlers`: the paper's Table 8 for this system, from the /metrics endpoints.
+"""The paper's Table 8 for this system, from the /metrics endpoints (`mbds report handlers`).
 
 Scrapes every process's Prometheus endpoint (the URLs the controller's status
 lists), runs one of the paper's requests K times, scrapes again and divides
@@ -10,21 +10,18 @@ the cluster does in the meantime is counted too.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import click
 from prometheus_client.parser import text_string_to_metric_families
-from rich.console import Console
-from rich.table import Table
 
-from mbds import paper as P
-from mbds.client import DEFAULT_CONTROLLER, Client, ClientError
+from loadgen import paper_db as P
+from mbds.client import Client, ClientError
+from mbds.proto import mbds_pb2 as pb
 
 HANDLER = "mbds_handler_seconds"
 REQUEST = "mbds_request_seconds"
@@ -59,7 +56,7 @@ class Scrape:
 
 
 @dataclass
-class Row:
+class HandlerRow:
     process: str
     handler: str
     backend: str
@@ -98,7 +95,7 @@ def scrape(urls: Iterable[str], timeout: float = 5.0) -> Scrape:
     return out
 
 
-def metrics_urls(status) -> list[str]:  # noqa: ANN001 - a pb.StatusReply
+def metrics_urls(status: pb.StatusReply) -> list[str]:
     """Every /metrics URL the controller knows of; errors if timing cannot be measured."""
     if not status.internal_timing:
         raise ReportError("internal timing is off: no message handler is timed; restart with "
@@ -129,14 +126,14 @@ def settle(urls: list[str], first: Scrape, wait: float = 2.0) -> Scrape:
     return prev
 
 
-def _order(key: Key) -> tuple:
+def _order(key: Key) -> tuple[int, str, int, str, str]:
     process, handler, backend = key
     p = PROCESS_ORDER.index(process) if process in PROCESS_ORDER else len(PROCESS_ORDER)
     h = HANDLER_ORDER.index(handler) if handler in HANDLER_ORDER else len(HANDLER_ORDER)
     return (p, process, h, handler, backend)
 
 
-def table8(before: Scrape, after: Scrape, runs: int) -> list[Row]:
+def handler_rows(before: Scrape, after: Scrape, runs: int) -> list[HandlerRow]:
     """Per handler series that moved: calls and time per request (delta / runs)."""
     rows = []
     for key in sorted(after.handlers, key=_order):
@@ -144,7 +141,7 @@ def table8(before: Scrape, after: Scrape, runs: int) -> list[Row]:
         calls, seconds = a.count - b.count, a.sum - b.sum
         if calls <= 0:
             continue
-        rows.append(Row(*key, calls_per_request=calls / runs,
+        rows.append(HandlerRow(*key, calls_per_request=calls / runs,
                         ms_per_request=seconds * 1000 / runs,
                         ms_per_call=seconds * 1000 / calls))
     return rows
@@ -156,7 +153,8 @@ def response_ms(before: Scrape, after: Scrape, op: str = "RETRIEVE") -> float | 
     return (a.sum - b.sum) * 1000 / n if n > 0 else None
 
 
-def measure(client: Client, request: int, runs: int, scale: int) -> tuple[list[Row], float | None]:
+def measure_handlers(client: Client, request: int, runs: int, scale: int
+                     ) -> tuple[list[HandlerRow], float | None]:
     urls = metrics_urls(client.status())
     text = P.REQUESTS[request - 1].abdl(scale)
     before = settle(urls, scrape(urls))
@@ -168,48 +166,4 @@ def measure(client: Client, request: int, runs: int, scale: int) -> tuple[list[R
                     if f"unknown file {P.FILE}" in str(e) else "")
             raise ReportError(f"request {request} failed: {e}{hint}") from None
     after = settle(urls, scrape(urls))
-    return table8(before, after, runs), response_ms(before, after)
-
-
-@click.group()
-def report() -> None:
-    """Reports built from the processes' Prometheus metrics."""
-
-
-@report.command("handlers")
-@click.option("--controller", default=DEFAULT_CONTROLLER, show_default=True,
-              help="Controller address HOST:PORT (env MBDS_CONTROLLER).")
-@click.option("--request", "request", type=click.IntRange(1, len(P.REQUESTS)), default=1,
-              show_default=True, help="The paper's request to run (SPEC §5).")
-@click.option("--runs", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Scale k of the loaded paper database.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def handlers(controller: str, request: int, runs: int, scale: int, as_json: bool) -> None:
-    """Table 8: mean time of every message handler per request, per process and backend."""
-    try:
-        with Client(controller) as c:
-            rows, mean_ms = measure(c, request, runs, scale)
-    except (ClientError, ReportError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
-    if as_json:
-        for r in rows:
-            click.echo(json.dumps({"request": request, "runs": runs, **{
-                k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(r).items()}}))
-        return
-    caption = (f"mean response time {mean_ms:.3f} ms" if mean_ms is not None else None)
-    t = Table(title=f"Table 8: message handlers, request {request} ({runs} runs)",
-              caption=caption)
-    for name in ("process", "handler", "backend"):
-        t.add_column(name, no_wrap=True)
-    for name in ("calls/req", "ms/req", "ms/call"):
-        t.add_column(name, justify="right", no_wrap=True)
-    last = None
-    for r in rows:
-        if last is not None and r.process != last:
-            t.add_section()
-        last = r.process
-        t.add_row(r.process, r.handler, r.backend or "-", f"{r.calls_per_request:g}",
-                  f"{r.ms_per_request:.3f}", f"{r.ms_per_call:.3f}")
-    Console().print(t)
+    return handler_rows(before, after, runs), response_ms(before, after)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mbds.client import Client
+from mbds.client import Client
 
 FILE = "PAPER"
 STR_ATTRS = [f"STR{i:02d}" for i in range(30)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 
@@ -12,10 +11,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from mbds import paper as P
-from mbds.client import DEFAULT_CONTROLLER, Client, ClientError
-
-controller_option = click.option("--controller", default=DEFAULT_CONTROLLER, show_default=True)
+from cli.options import controller_option, fail
+from loadgen import paper_db as P
+from loadgen.table2 import run_table2
+from mbds.client import Client, ClientError
 
 
 @click.group()
@@ -45,37 +44,13 @@ def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk
                     done += d.stats.records_retrieved
                     bar.update(task, completed=done)
     except ClientError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+        fail(e)
     click.echo(f"loaded {done} records into {P.FILE} in {time.perf_counter() - t0:.1f} s")
 
 
 @click.group()
 def paper() -> None:
     """The paper's request set."""
-
-
-def run_table2(client: Client, scale: int, multi: int, runs: int) -> list[dict]:
-    rows = []
-    for req in P.REQUESTS:
-        times, result = [], None
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            result = client.execute(req.abdl(scale))[0]
-            times.append((time.perf_counter() - t0) * 1000)
-        assert result is not None
-        expected = req.expected_records(scale, multi)
-        rows.append({
-            "request": req.number, "clusters_examined": result.stats["clusters_examined"],
-            "records_retrieved": result.stats["records_retrieved"],
-            "paper_clusters": req.clusters, "paper_records": expected,
-            "match": result.stats["clusters_examined"] == req.clusters
-            and result.stats["records_retrieved"] == expected == len(result.records),
-            "median_ms": round(statistics.median(times), 3),
-            "mean_ms": round(statistics.fmean(times), 3),
-            "sd_ms": round(statistics.stdev(times), 3) if len(times) > 1 else 0.0,
-        })
-    return rows
 
 
 @paper.command("table2")
@@ -91,8 +66,7 @@ def table2(controller: str, scale: int, multi: int, runs: int, as_json: bool) ->
         with Client(controller) as c:
             rows = run_table2(c, scale, multi, runs)
     except ClientError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+        fail(e)
     if as_json:
         for r in rows:
             click.echo(json.dumps(r))

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory
-from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
+from cli.options import controller_option
+from cli.tables import console, render_result
 from mbds.client import Client, ClientError
-from mbds.tables import console, render_result
 
 HELP = """Type an ABDL request or a [transaction; ...]; Enter runs it when balanced.
 Commands: \\q (quit), \\s (status), \\h (this help)."""
+
+
+@click.command()
+@controller_option
+def shell(controller: str) -> None:
+    """Interactive ABDL prompt with history, multi-line input and tables."""
+    run_shell(controller)
 
 
 def run_shell(address: str) -> None:
@@ -26,7 +35,7 @@ def run_shell(address: str) -> None:
     kb = KeyBindings()
 
     @kb.add("enter")
-    def _(event) -> None:  # noqa: ANN001
+    def _(event: KeyPressEvent) -> None:
         buf = event.current_buffer
         text = buf.text.strip()
         if not text or text.startswith("\\") or _complete(text):

@@ -1,0 +1,31 @@
+"""`mbds bench …`: one subcommand per benchmark; each loadgen module owns its command."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import click
+
+from cli.lazy import LazyGroup
+
+BENCHMARKS = {
+    "paper": "loadgen.paper_bench:paper",              # the paper's Tables 3–8
+    "paper-pool": "loadgen.paper_pool:paper_pool",     # repeated runs of it, pooled
+    "users": "loadgen.users:users",                    # seed 000: IDM tests 1 and 2
+    "tp": "loadgen.tp:tp",                             # seed 001: transactions of random reads
+    "kv": "loadgen.kv:kv",                             # seed 002: key/value durability, threads
+    "memory": "loadgen.memory:memory",                 # resident memory per 10,000 units
+}
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    # A benchmark owns clusters of child processes and cgroups; SIGTERM (a stopped CI
+    # job, `kill`, `timeout`) becomes an ordinary exit so every `finally` stops them.
+    sys.exit(128 + signum)
+
+
+@click.group(cls=LazyGroup, lazy=BENCHMARKS)
+def bench() -> None:
+    """Benchmarks: the paper's Tables 3–8 and the seed documents' tests."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)

@@ -1,0 +1,74 @@
+"""`mbds exec`, `mbds define` and `mbds status`: requests to a running controller."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+import click
+
+from cli.options import controller_option, fail
+from mbds.client import Client, ClientError, Result
+
+
+def print_results(results: list[Result], as_json: bool) -> None:
+    from cli.tables import render_result
+    for r in results:
+        if as_json:
+            click.echo(json.dumps(r.to_json()))
+        else:
+            render_result(r)
+
+
+@click.command("exec")
+@controller_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per request per line.")
+@click.option("--timeout", type=float, default=120.0, show_default=True)
+@click.argument("abdl")
+def exec_(controller: str, as_json: bool, timeout: float, abdl: str) -> None:
+    """Run one ABDL request or transaction."""
+    if abdl == "-":
+        abdl = sys.stdin.read()
+    try:
+        with Client(controller, timeout=timeout) as c:
+            print_results(c.execute(abdl), as_json)
+    except ClientError as e:
+        fail(e)
+
+
+@click.command()
+@controller_option
+@click.argument("path", type=click.File("r"))
+def define(controller: str, path: TextIO) -> None:
+    """Apply a database definition (YAML)."""
+    try:
+        with Client(controller) as c:
+            reply = c.define(path.read())
+    except ClientError as e:
+        fail(e)
+    for f in reply.files_created:
+        click.echo(f"created {f}")
+    for f in reply.files_unchanged:
+        click.echo(f"unchanged {f}")
+    for f in reply.files_reindexed:
+        click.echo(f"reindexed {f}")
+
+
+@click.command()
+@controller_option
+def status(controller: str) -> None:
+    """Show the backends the controller uses and whether each is reachable."""
+    try:
+        with Client(controller) as c:
+            s = c.status()
+    except ClientError as e:
+        fail(e)
+    click.echo(f"backends {len(s.backends)} (expected {s.expected_backends}); files "
+               f"{', '.join(s.files) or '-'}; directory {s.directory_digest}")
+    for b in s.backends:
+        click.echo(f"  {b.name:8} {b.address:24} {'up' if b.reachable else 'DOWN ' + b.error}"
+                   + (f"  {b.metrics_url}" if b.metrics_url else ""))
+    if s.metrics_url:
+        click.echo(f"controller metrics {s.metrics_url}; internal timing "
+                   f"{'on' if s.internal_timing else 'off'}")

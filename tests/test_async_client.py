@@ -1,0 +1,68 @@
+"""`AsyncClient`: the synchronous client's Session protocol for asyncio code — answers
+in order over one stream, a failed request failing alone, a request made while another
+is read going as a call of its own, a request left mid-answer closing its session."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mbds.client import AsyncClient, Client, ClientError
+from tests.conftest import CENSUS_YAML
+
+INSERT = "INSERT (<FILE, Census>, <CITY, '{c}'>, <POP, {p}>, <STATE, CA>, <AREA, 1.5>)"
+ALL = "RETRIEVE (FILE = Census) (CITY, POP)"
+
+
+@pytest.fixture
+def address(cluster_factory) -> str:  # noqa: ANN001
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("[" + "; ".join(INSERT.format(c=f"c{i}", p=i * 100)
+                                     for i in range(20)) + "]")
+    return r.cluster.address
+
+
+def test_one_session_answers_like_the_sync_client_and_a_failure_fails_alone(
+        address: str) -> None:
+    with Client(address) as sync:
+        expected = sync.execute(ALL)[0]
+
+    async def run() -> None:
+        async with AsyncClient(address, timeout=60) as c:
+            await c.connect()
+            [got] = await c.execute(ALL)
+            assert (got.op, got.columns, got.stats["records_retrieved"]) == (
+                expected.op, expected.columns, 20)
+            assert sorted(map(repr, got.records)) == sorted(map(repr, expected.records))
+            for text, words in [("RETRIEVE (FILE = Census (CITY)", "syntax error"),
+                                ("RETRIEVE (FILE = Nowhere) (CITY)", "unknown file")]:
+                with pytest.raises(ClientError) as e:
+                    await c.execute(text)
+                assert e.value.code == "INVALID_ARGUMENT" and words in str(e.value)
+            [ins] = await c.execute(INSERT.format(c="new", p=1))
+            assert ins.op == "INSERT" and ins.stats["records_retrieved"] == 1
+            [after] = await c.execute(ALL)
+            assert len(after.records) == 21
+            assert c.sessions_opened == 1       # every request above went on one stream
+    asyncio.run(run())
+
+
+def test_concurrent_requests_and_leaving_mid_answer(address: str) -> None:
+    async def run() -> None:
+        async with AsyncClient(address, timeout=60) as c:
+            # Two at once on one client: the second goes as an Execute call of its own.
+            a, b = await asyncio.gather(c.execute(ALL), c.execute(ALL))
+            assert len(a[0].records) == len(b[0].records) == 20
+            assert c.sessions_opened == 1
+            # Cancelled before its answer (a timeout, say): that session is left
+            # mid-answer and dropped; the next request opens another.
+            task = asyncio.create_task(c.execute(ALL))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            [again] = await c.execute(ALL)
+            assert len(again.records) == 20 and c.sessions_opened == 2
+    asyncio.run(run())
