@@ -17,6 +17,7 @@ import bisect
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
@@ -53,8 +54,10 @@ class AttrIndex:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.none_id: int | None = None
-        self.lows: list[Value] = []        # type A, sorted; parallel to highs and range_ids
-        self.highs: list[Value] = []
+        # Type A, sorted; parallel to range_ids. Any: the ends of one attribute's ranges
+        # are all of its one type, so they compare with each other and with its values.
+        self.lows: list[Any] = []
+        self.highs: list[Any] = []
         self.range_ids: list[int] = []
         self.eq: dict[Value, int] = {}     # type B and C (and FILE)
 
@@ -62,7 +65,7 @@ class AttrIndex:
         if d.kind == "N":
             self.none_id = d.id
         elif d.kind == "A":
-            i = bisect.bisect_left(self.lows, d.low)  # type: ignore[arg-type]
+            i = bisect.bisect_left(self.lows, d.low)
             self.lows.insert(i, d.low)
             self.highs.insert(i, d.high)
             self.range_ids.insert(i, d.id)
@@ -74,8 +77,8 @@ class AttrIndex:
         if value is None:
             return self.none_id
         if self.kind == "A":
-            i = bisect.bisect_right(self.lows, value) - 1  # type: ignore[arg-type]
-            if i >= 0 and value <= self.highs[i]:  # type: ignore[operator]
+            i = bisect.bisect_right(self.lows, value) - 1
+            if i >= 0 and value <= self.highs[i]:
                 return self.range_ids[i]
             return self.none_id
         hit = self.eq.get(value)
