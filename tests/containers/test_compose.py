@@ -246,13 +246,22 @@ def test_paper_table2_on_three_backends(stack3: Stack) -> None:
     assert sum(per_backend.values()) == 1000
 
 
+MOVER_YAML = "files: {MOVER: {attributes: {K: integer, C: string}, directory: {C: {type: C}}}}"
+
+
 def test_update_moving_records_reaches_iig_across_containers(stack3: Stack) -> None:
     """An UPDATE of a directory attribute asks IIG (on the controller container, through
-    --advertise) for the records' new cluster."""
-    stack3.exec_json("UPDATE ((FILE = PAPER) and (INTE1 = 5)) <INTE2 = 999>")
-    [moved] = stack3.exec_json("RETRIEVE ((FILE = PAPER) and (INTE2 >= 921)) (INTE1)")
-    assert 5 in {r["INTE1"] for r in moved["records"]}
-    stack3.exec_json("UPDATE ((FILE = PAPER) and (INTE1 = 5)) <INTE2 = 5>")
+    --advertise) for the records' new cluster. On a file of its own: the new cluster
+    would change what the paper's requests examine."""
+    run(["docker", "exec", stack3.controller, "python", "-c",
+         f"open('/tmp/mover.yaml', 'w').write({MOVER_YAML!r})"])
+    stack3.mbds(["define", "/tmp/mover.yaml"])
+    stack3.exec_json("[" + "; ".join(f"INSERT (<FILE, Mover>, <K, {k}>, <C, old>)"
+                                     for k in range(6)) + "]")
+    stack3.exec_json("UPDATE ((FILE = Mover) and (K < 3)) <C = new>")    # a new type-C value
+    [moved] = stack3.exec_json("RETRIEVE ((FILE = Mover) and (C = new)) (K)")
+    assert sorted(r["K"] for r in moved["records"]) == [0, 1, 2]
+    assert moved["stats"]["clusters_examined"] == 1
 
 
 def test_backend_cpu_limit_and_published_ports(stack3: Stack) -> None:
