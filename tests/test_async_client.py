@@ -16,7 +16,7 @@ ALL = "RETRIEVE (FILE = Census) (CITY, POP)"
 
 
 @pytest.fixture
-def address(cluster_factory) -> str:  # noqa: ANN001
+def address(cluster_factory) -> str:
     r = cluster_factory(2)
     r.client.define(CENSUS_YAML)
     r.client.execute("[" + "; ".join(INSERT.format(c=f"c{i}", p=i * 100)

@@ -25,7 +25,7 @@ def contents(r: Running) -> dict[str, list[tuple]]:
     return out
 
 
-def test_failure_on_one_backend_rolls_back_everywhere(cluster_factory) -> None:  # noqa: ANN001
+def test_failure_on_one_backend_rolls_back_everywhere(cluster_factory) -> None:
     r = cluster_factory(3)
     c = r.client
     c.define(CENSUS_YAML)

@@ -14,7 +14,7 @@ NASTY = ["x'); DROP TABLE \"r_CENSUS\"; --", 'Robert"); DELETE FROM descriptors;
 
 
 @pytest.fixture(scope="module")
-def census(tmp_path_factory) -> Iterator[Running]:  # noqa: ANN001
+def census(tmp_path_factory) -> Iterator[Running]:
     r = start_cluster(tmp_path_factory.mktemp("bad"), 2)
     r.client.define(CENSUS_YAML)
     r.client.execute("[" + "; ".join(

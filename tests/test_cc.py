@@ -13,7 +13,7 @@ from tests.inproc import census_iig
 from tests.inproc import lock_set as census_lock_set
 
 
-def granted(t: LockTable, handle) -> bool:  # noqa: ANN001
+def granted(t: LockTable, handle) -> bool:
     return t._sets[handle].ready.is_set()
 
 

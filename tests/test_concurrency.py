@@ -22,7 +22,7 @@ CLIENTS = 8
 TRANSFERS = 15       # per client
 
 
-def test_concurrent_transfers_end_in_the_serial_replays_balances(cluster_factory) -> None:  # noqa: ANN001
+def test_concurrent_transfers_end_in_the_serial_replays_balances(cluster_factory) -> None:
     """Eight clients of transfer transactions and an auditor at once. Every transfer is
     acknowledged; every balance ends where a serial replay of the acknowledged transfers
     puts it (a dropped or doubled transfer shows, though the total would not); every
@@ -58,7 +58,7 @@ def test_concurrent_transfers_end_in_the_serial_replays_balances(cluster_factory
                     with lock:
                         acked.append((a, b, x))
                         progress["finished"] += 1
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+        except BaseException as e:
             errors.append(e)
 
     def auditor() -> None:
@@ -68,7 +68,7 @@ def test_concurrent_transfers_end_in_the_serial_replays_balances(cluster_factory
                     before = count("finished")
                     [res] = c.execute("RETRIEVE (FILE = Account) (SUM(BAL), COUNT(BAL))")
                     audits.append((before, count("started"), res.records[0]))
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     workers = [threading.Thread(target=transfers, args=(s,)) for s in range(CLIENTS)]
@@ -104,7 +104,7 @@ def test_concurrent_transfers_end_in_the_serial_replays_balances(cluster_factory
     assert any(started > finished for finished, started, _ in audits)
 
 
-def test_concurrent_new_type_c_values_leave_identical_directories(cluster_factory) -> None:  # noqa: ANN001
+def test_concurrent_new_type_c_values_leave_identical_directories(cluster_factory) -> None:
     r = cluster_factory(3)
     r.client.define(ACCOUNTS_YAML)
     errors: list[BaseException] = []
@@ -117,7 +117,7 @@ def test_concurrent_new_type_c_values_leave_identical_directories(cluster_factor
                     owner = f"shared{i % 5}" if i % 2 else f"t{k}-{i}"
                     c.execute(f"INSERT (<FILE, Account>, <ID, {k * 20 + i}>, <BAL, 1>, "
                               f"<OWNER, '{owner}'>)")
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=inserter, args=(k,)) for k in range(8)]

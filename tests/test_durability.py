@@ -166,7 +166,7 @@ class Load:
                     except ClientError as e:
                         a.error = e
                     a.end = self.ticket()
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+        except BaseException as e:
             self.errors.append(e)
 
     def in_flight(self) -> list[Attempt]:
@@ -175,7 +175,7 @@ class Load:
 
 
 def test_sigkill_mid_load_keeps_every_acknowledged_insert_once_and_no_refused_one(
-        cluster_factory) -> None:  # noqa: ANN001
+        cluster_factory) -> None:
     """Four clients insert units of three records (one per backend) back to back; b1 is
     killed (SIGKILL) with their units in flight, and restarted. Every acknowledged unit
     must be on disk exactly once, each record on the backend IIG chose; every unit that
@@ -265,7 +265,7 @@ def test_sigkill_mid_load_keeps_every_acknowledged_insert_once_and_no_refused_on
 
 
 def test_a_write_that_misses_its_deadline_is_rolled_back_everywhere(
-        cluster_factory) -> None:  # noqa: ANN001
+        cluster_factory) -> None:
     """b1 is frozen; a unit writing a record on every backend misses its 2 s deadline.
     b0 and b2 had prepared it: PP's abort must roll them back, and b1, once it runs
     again, must roll back its part too."""
@@ -296,7 +296,7 @@ def test_a_write_that_misses_its_deadline_is_rolled_back_everywhere(
     assert len(set(backend_digests(r))) == 1
 
 
-def test_sigterm_whole_cluster_and_start_again(tmp_path) -> None:  # noqa: ANN001
+def test_sigterm_whole_cluster_and_start_again(tmp_path) -> None:
     r = start_cluster(tmp_path / "d", 2)
     try:
         r.client.define(CENSUS_YAML)
@@ -318,7 +318,7 @@ def test_sigterm_whole_cluster_and_start_again(tmp_path) -> None:  # noqa: ANN00
         r.close()
 
 
-def test_starting_with_fewer_backends_than_the_data_holds_is_refused(tmp_path) -> None:  # noqa: ANN001
+def test_starting_with_fewer_backends_than_the_data_holds_is_refused(tmp_path) -> None:
     r = start_cluster(tmp_path / "d", 2)
     r.close()
     from mbds.cluster import LocalCluster, ProcessFailed
@@ -327,7 +327,7 @@ def test_starting_with_fewer_backends_than_the_data_holds_is_refused(tmp_path) -
 
 
 def test_a_unit_aborted_while_waiting_for_a_frozen_peers_ids_frees_the_others(
-        cluster_factory) -> None:  # noqa: ANN001
+        cluster_factory) -> None:
     """Stage 2 runs in bus order, so a unit waiting for a silent peer's descriptor ids
     would hold up every later unit on its backend. When PP gives up on it (the
     deadline names the silent backend) and aborts it, the waiting backends drop it at

@@ -17,7 +17,7 @@ OPS = {"=": operator.eq, "<=": operator.le, ">=": operator.ge}
 
 
 @pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"{n}backends")
-def paper_cluster(request, tmp_path_factory) -> Iterator[Running]:  # noqa: ANN001
+def paper_cluster(request, tmp_path_factory) -> Iterator[Running]:
     r = start_cluster(tmp_path_factory.mktemp(f"paper{request.param}"), request.param)
     r.client.define(P.definition_yaml(1))
     done = sum(d.stats.records_retrieved for d in

@@ -66,7 +66,7 @@ WORKLOAD = [
 
 
 @pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"{n}backends")
-def census(request, tmp_path_factory) -> Iterator[Running]:  # noqa: ANN001
+def census(request, tmp_path_factory) -> Iterator[Running]:
     r = start_cluster(tmp_path_factory.mktemp(f"census{request.param}"), request.param)
     reply = r.client.define(CENSUS_YAML)
     assert sorted(reply.files_created) == ["CENSUS", "STATES"]

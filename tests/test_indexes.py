@@ -90,7 +90,7 @@ def _answers(r: Running) -> list[list[tuple]]:
             for q in QUERIES]
 
 
-def test_indexes_are_built_used_changed_and_kept(cluster_factory) -> None:  # noqa: ANN001
+def test_indexes_are_built_used_changed_and_kept(cluster_factory) -> None:
     r = cluster_factory(2)
     assert list(r.client.define(DEF % "[]").files_created) == ["ITEM"]
     for i in range(1, 101):
@@ -133,7 +133,7 @@ def test_indexes_are_built_used_changed_and_kept(cluster_factory) -> None:  # no
                for p in _index_use(r, QUERIES[2], sorted([*plain[2], (101,)])))
 
 
-def test_a_bad_index_definition_changes_nothing(cluster_factory) -> None:  # noqa: ANN001
+def test_a_bad_index_definition_changes_nothing(cluster_factory) -> None:
     r = cluster_factory(1)
     r.client.define(DEF % "[NUM]")
     digest = backend_digests(r)

@@ -117,7 +117,7 @@ def test_a_signal_right_after_a_backend_is_spawned_does_not_leave_it_running(
     original = Proc.__init__
     sent = []
 
-    def spawn_then_signal(self, *args, **kwargs) -> None:   # noqa: ANN001
+    def spawn_then_signal(self, *args, **kwargs) -> None:
         original(self, *args, **kwargs)
         if self.name == "backend b1" and not sent:
             sent.append(True)

@@ -20,7 +20,7 @@ INSERT = "INSERT (<FILE, Census>, <CITY, '{c}'>, <POP, {p}>, <STATE, CA>, <AREA,
 ALL = "RETRIEVE (FILE = Census) (CITY, POP)"
 
 
-def census(cluster_factory, n: int = 2, **kw: object) -> Running:  # noqa: ANN001
+def census(cluster_factory, n: int = 2, **kw: object) -> Running:
     r = cluster_factory(n, **kw)
     r.client.define(CENSUS_YAML)
     r.client.execute("[" + "; ".join(INSERT.format(c=f"c{i}", p=i * 100)
@@ -34,7 +34,7 @@ def rows(client: Client, text: str = ALL) -> list:
 
 
 def test_one_session_carries_every_request_and_a_failed_one_fails_alone(cluster_factory
-                                                                        ) -> None:  # noqa: ANN001
+                                                                        ) -> None:
     r = census(cluster_factory)
     c = Client(r.cluster.address, timeout=60)
     try:
@@ -57,7 +57,7 @@ def test_one_session_carries_every_request_and_a_failed_one_fails_alone(cluster_
         c.close()
 
 
-def test_requests_written_ahead_are_answered_in_order(cluster_factory) -> None:  # noqa: ANN001
+def test_requests_written_ahead_are_answered_in_order(cluster_factory) -> None:
     r = census(cluster_factory)
     texts = [INSERT.format(c="ahead", p=7), "RETRIEVE (CITY = ahead) (POP)",
              "RETRIEVE (FILE = Census (CITY)", "RETRIEVE ((FILE = Census) and (POP = 7)) (CITY)"]
@@ -78,7 +78,7 @@ def test_requests_written_ahead_are_answered_in_order(cluster_factory) -> None: 
     assert results[3][0].records == [{"CITY": "ahead"}]
 
 
-def test_a_client_leaving_mid_answer_aborts_its_traffic_unit(cluster_factory) -> None:  # noqa: ANN001
+def test_a_client_leaving_mid_answer_aborts_its_traffic_unit(cluster_factory) -> None:
     r = cluster_factory(1)
     r.client.define(P.definition_yaml(1))
     body = "y" * 400_000      # 2 records a 1 MiB batch: 40 batches, far beyond the window
@@ -101,7 +101,7 @@ def test_a_client_leaving_mid_answer_aborts_its_traffic_unit(cluster_factory) ->
 
 
 def test_a_silent_controller_fails_the_request_and_the_next_opens_a_new_session(
-        cluster_factory) -> None:  # noqa: ANN001
+        cluster_factory) -> None:
     r = census(cluster_factory, 1)
     c = Client(r.cluster.address, timeout=1)
     try:
@@ -120,7 +120,7 @@ def test_a_silent_controller_fails_the_request_and_the_next_opens_a_new_session(
         c.close()
 
 
-def test_an_idle_session_does_not_hold_the_controller_s_shutdown(cluster_factory) -> None:  # noqa: ANN001
+def test_an_idle_session_does_not_hold_the_controller_s_shutdown(cluster_factory) -> None:
     """Stopping the controller ends an idle session at once, with OK; a session left
     open would be cut only when the server's grace period ran out (CANCELLED)."""
     r = census(cluster_factory, 1)
@@ -140,7 +140,7 @@ def test_an_idle_session_does_not_hold_the_controller_s_shutdown(cluster_factory
 
 
 def test_a_request_made_while_the_session_is_being_read_goes_as_a_call(cluster_factory
-                                                                       ) -> None:  # noqa: ANN001
+                                                                       ) -> None:
     r = census(cluster_factory, 1)
     r.client.define(P.definition_yaml(1))
     body = "y" * 400_000      # 2 records a 1 MiB batch: an answer of 5 messages

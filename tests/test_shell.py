@@ -17,7 +17,7 @@ def test_enter_runs_only_balanced_input() -> None:
     assert _complete("RETRIEVE ((FILE = Census) and (POP < 5)) (CITY)")   # '<' is an operator
 
 
-def test_shell_multiline_request_and_table(cluster_factory, tmp_path) -> None:  # noqa: ANN001
+def test_shell_multiline_request_and_table(cluster_factory, tmp_path) -> None:
     r = cluster_factory(2)
     r.client.define(CENSUS_YAML)
     r.client.execute("INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>)")

@@ -31,7 +31,7 @@ STEP = 5000            # traffic units between readings: 20,000 in all
 LOAD_SCALE = 10        # bulk loads of 10,000 paper records
 
 
-def test_memory_stays_flat_under_sustained_traffic(cluster_factory) -> None:  # noqa: ANN001
+def test_memory_stays_flat_under_sustained_traffic(cluster_factory) -> None:
     cluster = cluster_factory(2, internal_timing=False).cluster
     traffic = Traffic(cluster.address, THREADS, seed=16)
     try:
