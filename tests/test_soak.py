@@ -1,4 +1,4 @@
-"""Soak: no process keeps memory from the traffic units it has served (issue 16).
+"""Soak: no process keeps memory from the traffic units it has served.
 
 A real cluster (a controller and two backends) is warmed up, then driven with
 20,000 mixed traffic units from four client threads, each with its own session
