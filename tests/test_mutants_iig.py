@@ -4,13 +4,18 @@ the mutants tests/test_directory.py lets live (docs/mutation.md)."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 
 from controller.iig import Iig
+from controller.reqp import Reqp
+from mbds import metrics
 from mbds.directory import Directory
 from mbds.errors import DefinitionError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema, parse_definition
+from mbds.values import from_pb, to_pb
 from tests.conftest import CENSUS_YAML
+from tests.inproc import census_iig, census_key
 
 CENSUS, STATES = parse_definition(CENSUS_YAML)
 
@@ -149,3 +154,108 @@ def test_a_schema_built_in_code_needs_no_descriptor_specs() -> None:
     assert iig.define([schema]).created == ["G"]
     assert descriptors_of(iig.directory, "G") == {("FILE", "B", None, None, "G"),
                                                   ("K", "N", None, None, None)}
+
+
+# ------------------------------------------------- placing a traffic unit's inserts --
+
+def census_load(rows: list[tuple[str, int, str, str | None]]) -> pb.LoadRequest:
+    """A bulk-load chunk of census records (CITY, POP, STATE, body); AREA left null."""
+    chunk = pb.LoadRequest(file="CENSUS", attributes=["CITY", "POP", "STATE"])
+    for city, pop, state, body in rows:
+        row = chunk.records.add(values=[to_pb(city), to_pb(pop), to_pb(state)])
+        if body is not None:
+            row.body = body
+    return chunk
+
+
+def census_cluster(d: Directory, city: str, pop: int, state: str) -> int:
+    rec = {"FILE": "CENSUS", "CITY": city, "POP": pop, "STATE": state}
+    values = [rec[a] for a in d.files["CENSUS"].directory_attributes]
+    return d.cluster_ids[("CENSUS", tuple(d.descriptor_key("CENSUS", values)))]
+
+
+def placed(tu: pb.TrafficUnit) -> list[list[tuple]]:
+    """Per request of a backend's traffic unit: its records (cluster, values, body)."""
+    return [[(r.cluster_id, [from_pb(v) for v in r.values],
+              r.body if r.HasField("body") else None) for r in req.records]
+            for req in tu.requests]
+
+
+def place_seen() -> float:
+    labels = {"process": "IIG", "handler": "place", "backend": ""}
+    return REGISTRY.get_sample_value("mbds_handler_seconds_count", labels) or 0.0
+
+
+def test_inserts_go_to_their_clusters_on_the_backend_with_fewest() -> None:
+    """A bulk load of four records, a RETRIEVE and an INSERT with a body, on two backends:
+    each record goes, with its cluster, values and body, to the backend holding the fewest
+    of its cluster's records (then the fewest overall, then the first); every backend's
+    unit has every request's record count; a new type-C value's descriptor and cluster
+    travel in the update once."""
+    iig = census_iig()
+    d = iig.directory
+    reqp = Reqp(d)
+    prepared = [reqp.prepare_load(census_load([
+        ("Monterey", 25, "CA", None), ("Monterey", 25, "CA", "a {body}"),
+        ("Salinas", 40, "CA", None), ("Carmel", 2000, "CA", "")]))]
+    more, _ = reqp.prepare("[RETRIEVE (FILE = CENSUS) (CITY); "
+                           "INSERT (<FILE, Census>, <CITY, 'Salinas'>, <POP, 40>, "
+                           "<STATE, CA>, <AREA, 1.5>) {second}]")
+    prepared += more
+    backends = ["b0", "b1"]
+    units = {b: pb.TrafficUnit(requests=[p.request for p in prepared]) for b in (0, 1)}
+    update = pb.DirectoryUpdate()
+    timing = metrics.internal_timing()
+    metrics.set_internal_timing(True)
+    seen = place_seen()
+    try:
+        counts = iig.place_inserts(prepared, backends, update, units)
+    finally:
+        metrics.set_internal_timing(timing)
+    assert counts == [3, 0, 1]
+    assert place_seen() - seen == 5                  # one IIG "place" per inserted record
+    m, c = census_cluster(d, "Monterey", 25, "CA"), census_cluster(d, "Carmel", 2000, "CA")
+    s = census_cluster(d, "Salinas", 40, "CA")
+    assert len({m, c, s}) == 3
+    salinas = ["Salinas", 40, None, "CA"]
+    assert placed(units[0]) == [
+        [(m, ["Monterey", 25, None, "CA"], None), (s, salinas, None)], [], []]
+    assert placed(units[1]) == [
+        [(m, ["Monterey", 25, None, "CA"], "a {body}"), (c, ["Carmel", 2000, None, "CA"], "")],
+        [], [(s, ["Salinas", 40, 1.5, "CA"], "second")]]
+    for tu in units.values():
+        assert [r.record_count for r in tu.requests] == [4, 0, 1]
+    [new] = update.descriptors
+    assert (new.file, new.attr, new.kind, from_pb(new.value)) == ("CENSUS", "CITY", "C",
+                                                                  "Salinas")
+    assert [(x.id, x.file, list(x.descriptor_ids)) for x in update.clusters] == [
+        (s, "CENSUS", list(d.clusters[s][1]))]
+    assert new.id in d.clusters[s][1]
+    assert iig.counts[s] == {"b0": 1, "b1": 1} and iig.totals == {"b0": 2, "b1": 3}
+
+
+def test_three_backends_spread_a_requests_records() -> None:
+    iig = census_iig()
+    reqp = Reqp(iig.directory)
+    prepared = [reqp.prepare_load(census_load([("Albany", 3000, "NY", None)] * 4))]
+    units = {b: pb.TrafficUnit(requests=[prepared[0].request]) for b in range(3)}
+    assert iig.place_inserts(prepared, ["b0", "b1", "b2"], pb.DirectoryUpdate(), units) == [1]
+    a = census_cluster(iig.directory, "Albany", 3000, "NY")
+    assert [[r.cluster_id for r in units[b].requests[0].records] for b in range(3)] == [
+        [a, a], [a], [a]]
+    assert [units[b].requests[0].record_count for b in range(3)] == [4, 4, 4]
+
+
+def test_a_moved_record_gets_its_cluster_and_what_was_allocated_for_it() -> None:
+    iig = census_iig()
+    d = iig.directory
+    cid, update = iig.place_moved("CENSUS", census_key(iig, "Carmel", 2000, "CA"))
+    assert cid == census_cluster(d, "Carmel", 2000, "CA") and update == pb.DirectoryUpdate()
+    cid, update = iig.place_moved("CENSUS", census_key(iig, "Carmel", 25, "CA"))
+    assert cid == census_cluster(d, "Carmel", 25, "CA") and cid not in (
+        census_cluster(d, "Carmel", 2000, "CA"), census_cluster(d, "Monterey", 25, "CA"))
+    assert not update.descriptors
+    assert [(x.id, x.file, list(x.descriptor_ids)) for x in update.clusters] == [
+        (cid, "CENSUS", list(d.clusters[cid][1]))]
+    with pytest.raises(DefinitionError, match=r"^unknown file NOPE$"):
+        iig.place_moved("NOPE", ["NOPE"])
