@@ -19,7 +19,7 @@ from backend.links import IigClient
 from backend.plan import WRITES, RequestPlan
 from backend.state import Cancelled, Timer, TuState
 from backend.store import Store, transaction
-from mbds import metrics
+from mbds import faults, metrics
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 from mbds.values import Value
@@ -154,11 +154,15 @@ class Execution:
             # Prepared: everything is written but not committed. Commit only when PP has
             # heard "prepared" from every backend, so a unit that fails anywhere (a
             # backend crashed, say) is rolled back everywhere.
+            faults.hit("backend.before_vote")
             self._emit(st, pb.BackendReply(prepared=True))
+            faults.hit("backend.after_vote")
             if not st.decided.wait(self.result_timeout):
                 st.cancelled = "no commit decision from PP"
             if st.cancelled or not st.commit:
                 raise Cancelled(st.cancelled or "PP decided to abort")
+            faults.hit("backend.before_commit")
+        faults.hit("backend.after_commit")
 
     async def _replan(self, st: TuState, i: int) -> RequestPlan:
         assert st.tu is not None

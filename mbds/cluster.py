@@ -137,7 +137,7 @@ class LocalCluster:
                 f" start with --backends {len(existing)} or use another --data-dir, "
                 "or their records would be missing")
 
-    def start_backend(self, i: int, port: int = 0) -> Proc:
+    def start_backend(self, i: int, port: int = 0, env: dict[str, str] | None = None) -> Proc:
         args = ["backend", "--listen", f"127.0.0.1:{port}", "--data-dir",
                 str(self.data_dir / f"b{i}"), "--synchronous", self.synchronous]
         if self.metrics_port is not None:
@@ -147,7 +147,7 @@ class LocalCluster:
         proc: Proc | None = None
         try:
             with signals_held():      # the child is recorded before SIGTERM can unwind
-                proc = Proc(f"backend b{i}", args)
+                proc = Proc(f"backend b{i}", args, env)
             proc.wait_ready(30)
             if self.backend_cpus:
                 from mbds.cpulimit import apply
@@ -184,14 +184,15 @@ class LocalCluster:
             self.controller = Proc("controller", args)
         self.address = self.controller.wait_ready(60)
 
-    def restart_backend(self, i: int) -> None:
-        """Start backend i again on its old port (its data directory is kept)."""
+    def restart_backend(self, i: int, env: dict[str, str] | None = None) -> None:
+        """Start backend i again on its old port (its data directory is kept), with `env`
+        added to its environment (e.g. MBDS_FAULTS, mbds/faults.py)."""
         old = self.backends[i].address or ""
         port = int(old.rsplit(":", 1)[1])
         deadline = time.monotonic() + 10
         while True:
             try:
-                self.backends[i] = self.start_backend(i, port)
+                self.backends[i] = self.start_backend(i, port, env)
                 return
             except ProcessFailed:
                 if time.monotonic() > deadline:   # the port may linger briefly

@@ -1,0 +1,47 @@
+"""Fault injection at named points of the commit protocol, for tests of atomicity.
+
+A process started with MBDS_FAULTS="point=action[,point=action…]" acts at those points:
+`crash` ends the process at once (as SIGKILL would: nothing flushed, no goodbye on
+any stream), `error` makes the step fail as an exception would. Unset, a point costs
+one set lookup.
+"""
+
+from __future__ import annotations
+
+import os
+
+POINTS = (
+    "backend.before_vote",    # the unit is written, not yet voted "prepared"
+    "backend.after_vote",     # "prepared" is queued for PP; the decision has not come
+    "backend.before_commit",  # PP's commit has come; this backend has not committed
+    "backend.after_commit",   # the unit is committed here; "committed" not yet sent
+)
+ACTIONS = ("crash", "error")
+
+
+class FaultInjected(RuntimeError):
+    """An `error` fault at a named point."""
+
+
+def parse(spec: str) -> dict[str, str]:
+    """`point=action,…` checked against the known points and actions."""
+    out: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        point, _, action = item.partition("=")
+        if point not in POINTS or action not in ACTIONS:
+            raise ValueError(f"MBDS_FAULTS: {item!r} is not point=action with a point of "
+                             f"{', '.join(POINTS)} and an action of {', '.join(ACTIONS)}")
+        out[point] = action
+    return out
+
+
+_ACTIVE = parse(os.environ.get("MBDS_FAULTS", ""))
+
+
+def hit(point: str) -> None:
+    """Act if a fault is set at `point`."""
+    action = _ACTIVE.get(point)
+    if action == "crash":
+        os._exit(137)
+    if action == "error":
+        raise FaultInjected(f"fault injected at {point}")
