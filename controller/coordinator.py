@@ -170,17 +170,21 @@ class Coordinator:
         for p in prepared:
             for tu in units.values():
                 tu.requests.append(p.request)
-        insert_clusters = self.iig.place_inserts(prepared, [x.name for x in self.links],
-                                                 update, units)
+        names = [x.name for x in self.links]
+        insert_clusters = self.iig.place_inserts(prepared, names, update, units)
         m = predicate_count(p.request for p in prepared)
         for tu in units.values():
             tu.directory.CopyFrom(update)
             tu.predicate_count = m
             tu.split_search = m >= self.split_search_from
-        inbox = self.bus.broadcast(units, timeout or self.timeout, len(prepared))
-        self.unsent = pb.DirectoryUpdate()
-        async for reply in pp.gather(inbox, prepared, insert_clusters):
-            yield reply
+        try:
+            inbox = self.bus.broadcast(units, timeout or self.timeout, len(prepared))
+            self.unsent = pb.DirectoryUpdate()
+            async for reply in pp.gather(inbox, prepared, insert_clusters):
+                yield reply
+        except BaseException:      # refused, aborted, or its client went away
+            self.iig.unplace(names, units)
+            raise
 
     async def execute(self, text: str, timeout: float | None = None
                       ) -> AsyncIterator[pb.ExecuteReplies]:

@@ -156,6 +156,16 @@ class Iig:
             clusters_per_request.append(len(clusters))
         return clusters_per_request
 
+    def unplace(self, backends: list[str], units: dict[int, pb.TrafficUnit]) -> None:
+        """Take back the placement of a traffic unit that failed: its records are stored
+        nowhere, so the next records of their clusters go where these were meant to."""
+        for b, tu in units.items():
+            name = backends[b]
+            for req in tu.requests:
+                for rec in req.records:
+                    self.counts[rec.cluster_id][name] -= 1
+                    self.totals[name] -= 1
+
     def place_moved(self, file: str, directory_values: list[Value]
                     ) -> tuple[int, pb.DirectoryUpdate]:
         """The cluster of a record an UPDATE moved, and what was allocated for it (which

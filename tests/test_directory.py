@@ -210,3 +210,17 @@ def test_a_cluster_goes_to_the_backend_with_fewest_of_it_then_fewest_overall() -
     # b0 then takes two more of a; cluster b's first record goes where the fewest are.
     assert [iig.choose_backend(a, names) for _ in range(2)] == [0, 1]
     assert iig.choose_backend(b, names) == 2
+
+
+def test_a_failed_units_placement_is_taken_back() -> None:
+    """The records of a unit that failed are stored nowhere: IIG's counts forget them,
+    so the next record of their cluster goes where the failed one was meant to."""
+    iig = paper_iig()
+    names = ["b0", "b1"]
+    cid = iig.cluster_of(P.FILE, [P.FILE, 1, 1], pb.DirectoryUpdate())
+    assert iig.choose_backend(cid, names) == 0            # a stored record on b0
+    failed = pb.TrafficUnit(requests=[pb.Request(records=[pb.PlacedRecord(cluster_id=cid)])])
+    assert iig.choose_backend(cid, names) == 1            # the failed unit's, on b1
+    iig.unplace(names, {1: failed, 0: pb.TrafficUnit(requests=[pb.Request()])})
+    assert iig.counts[cid] == {"b0": 1, "b1": 0} and iig.totals == {"b0": 1, "b1": 0}
+    assert iig.choose_backend(cid, names) == 1
