@@ -17,7 +17,7 @@ from backend.store import Store
 from mbds import metrics
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import until_stopped
+from mbds.service import MAX_MESSAGE, until_stopped
 
 log = logging.getLogger("mbds.backend")
 
@@ -115,7 +115,7 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     peers, iig = PeerLinks(), IigClient(node_name)
     node = BackendNode(node_name, store, peers=peers, iig=iig)
     node.metrics_port = metrics_port
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
     rpc.add_BackendServicer_to_server(BackendServicer(node), server)
     rpc.add_PeerServicer_to_server(PeerServicer(node), server)
     health_servicer = health.aio.HealthServicer()

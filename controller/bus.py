@@ -25,10 +25,10 @@ from mbds import metrics
 from mbds.errors import BackendUnavailable, TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.service import MAX_MESSAGE
 
 log = logging.getLogger("mbds.controller")
 
-MAX_MESSAGE = 64 << 20   # bytes, either way: the largest gRPC message the controller takes
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE),
                    ("grpc.max_send_message_length", MAX_MESSAGE)]
 WINDOW = 8           # row batches (or groups) a backend may send of one unit ahead of PP

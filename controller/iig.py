@@ -157,8 +157,11 @@ class Iig:
         return clusters_per_request
 
     def unplace(self, backends: list[str], units: dict[int, pb.TrafficUnit]) -> None:
-        """Take back the placement of a traffic unit that failed: its records are stored
-        nowhere, so the next records of their clusters go where these were meant to."""
+        """Take back the placement of a traffic unit that failed: its records were not
+        stored, so the next records of their clusters go where these were meant to. (In
+        the README's known limit — a backend lost after the commit decision — the others
+        did store theirs; the counts are then off by those records until the controller
+        restarts and counts again.)"""
         for b, tu in units.items():
             name = backends[b]
             for req in tu.requests:

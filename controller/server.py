@@ -9,13 +9,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from controller.abdl import AbdlSyntaxError
-from controller.bus import MAX_MESSAGE
 from controller.coordinator import Coordinator
 from controller.session import Sessions, failure
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import until_stopped
+from mbds.service import MAX_MESSAGE, until_stopped
 from mbds.values import from_pb
 
 log = logging.getLogger("mbds.controller")

@@ -17,6 +17,7 @@ import grpc
 
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.service import MAX_MESSAGE
 from mbds.values import Value, to_pb
 
 DEFAULT_CONTROLLER = os.environ.get("MBDS_CONTROLLER", "127.0.0.1:50051")
@@ -82,7 +83,7 @@ class Client:
         self.address = address
         self.timeout = timeout
         self.channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", 64 << 20), *channel_options])
+            ("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options])
         self.stub = rpc.ControllerStub(self.channel)
         self._session: Session | None = None
         self._in_use = threading.Lock()     # held while a request is read off the session
@@ -251,7 +252,7 @@ class AsyncClient:
         self.address = address
         self.timeout = timeout
         self.channel = grpc.aio.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", 64 << 20), *channel_options])
+            ("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options])
         self.stub = rpc.ControllerStub(self.channel)
         self._session: Any = None       # a grpc.aio stream-stream call
         self._in_use = False            # a request is being read off the session

@@ -1,4 +1,5 @@
-"""What every server process shares: waiting for SIGTERM/SIGINT to shut down gracefully."""
+"""What every gRPC process shares: the message size limit, and waiting for SIGTERM/SIGINT
+to shut down gracefully."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import asyncio
 import contextlib
 import signal
 
+# The largest gRPC message any process sends or takes (a row batch is held well under it).
+MAX_MESSAGE = 64 << 20
 
 async def until_stopped(ready: asyncio.Event | None = None) -> None:
     """Signal `ready` (tests, embedding) and return on SIGTERM or SIGINT."""

@@ -36,11 +36,30 @@ def prepare(directory: Directory, text: str) -> list[Prepared]:
     return Reqp(directory).prepare(text)[0]
 
 
+def unit(directory: Directory, text: str) -> pb.TrafficUnit:
+    """The traffic unit REQP forms for `text`."""
+    return pb.TrafficUnit(requests=[p.request for p in prepare(directory, text)])
+
+
 def plan(directory: Directory, text: str) -> list[RequestPlan]:
     """REQP, then DM's descriptor search (whole, on one backend), cluster search and
     address generation, as a backend runs them for the traffic unit of `text`."""
-    tu = pb.TrafficUnit(requests=[p.request for p in prepare(directory, text)])
+    tu = unit(directory, text)
     return dm.plan_requests(directory, tu, dm.descriptor_search(directory, tu, 0, 1))
+
+
+# (CITY, POP, STATE): POP's ranges are [0, 999] and [1000, 4999], so 9000 has none.
+ROWS = [("Monterey", 25, "CA"), ("Carmel", 2000, "CA"), ("Albany", 9000, "NY")]
+
+
+def census() -> tuple[Directory, dict[str, int]]:
+    """The census files with one cluster per row of ROWS (by city) and per state code."""
+    iig = census_iig([])
+    cids = {city: iig.cluster_of("CENSUS", census_key(iig, city, pop, state),
+                                 pb.DirectoryUpdate()) for city, pop, state in ROWS}
+    for code in ("CA", "NY"):
+        cids[code] = iig.cluster_of("STATES", ["STATES", code], pb.DirectoryUpdate())
+    return iig.directory, cids
 
 
 def lock_set(directory: Directory, text: str) -> dict[tuple, str]:

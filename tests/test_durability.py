@@ -10,7 +10,7 @@ import pytest
 
 from mbds.client import Client, ClientError
 from tests.conftest import CENSUS_YAML, backend_digests, start_cluster
-from tests.faults import (
+from tests.crashes import (
     EVERYWHERE,
     NOWHERE,
     Load,

@@ -9,7 +9,7 @@ import pytest
 from mbds import faults
 from mbds.client import ClientError
 from tests.conftest import CENSUS_YAML, Running
-from tests.faults import retry
+from tests.crashes import retry
 
 # Three new type-C values: three new clusters, IIG puts their first records on three
 # different backends, so every backend takes part in the unit.

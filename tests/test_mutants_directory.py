@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mbds.directory import Directory
-from tests.mutants_census import census
+from tests.inproc import census
 
 
 def did(d: Directory, file: str, attr: str, label: object) -> int:

@@ -7,7 +7,7 @@ from backend import dm
 from backend.cc import IX, S, X
 from backend.plan import DescriptorResults
 from mbds.proto import mbds_pb2 as pb
-from tests.mutants_census import census, plan, unit
+from tests.inproc import census, plan, unit
 
 
 def test_a_conjunction_restricts_an_attribute_by_every_predicate_on_it() -> None:

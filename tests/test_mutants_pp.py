@@ -12,7 +12,7 @@ from controller import pp
 from controller.reqp import Prepared, Reqp
 from mbds.proto import mbds_pb2 as pb
 from mbds.values import to_pb
-from tests.mutants_census import census
+from tests.inproc import census
 
 AGGS = "AVG(POP), SUM(POP), COUNT(POP), MIN(CITY), MAX(POP)"
 

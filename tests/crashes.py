@@ -1,4 +1,4 @@
-"""Faults for the durability tests: freezing, killing and waiting on backends, a load of
+"""Crashes for the durability tests: freezing, killing and waiting on backends, a load of
 numbered insert transactions, and each backend's records read from its SQLite file."""
 
 from __future__ import annotations
