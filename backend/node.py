@@ -51,6 +51,7 @@ class BackendNode:
         self.cc = LockTable()
         self.config = BusConfig()
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="recp-writer")
+        self.storing: Future[None] | None = None    # the latest directory update's storing
         # Reads of traffic units run on the event loop; this thread only counts records
         # per cluster for the controller's Directory call (placement state).
         self.counting = ThreadPoolExecutor(1, thread_name_prefix="cluster-counts")
@@ -113,6 +114,7 @@ class BackendNode:
         if new.files or new.descriptors or new.clusters:
             fut = self.writer.submit(self.store.persist_directory, new)
             fut.add_done_callback(_log_failure)
+            self.storing = fut
             return fut
         return None
 
@@ -132,8 +134,12 @@ class BackendNode:
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
             if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
-                stored = await self._apply_with_locks(tu.directory)
-                st.stored = asyncio.wrap_future(stored) if stored else None
+                await self._apply_with_locks(tu.directory)
+            # Reads wait for every directory update stored so far, the unit's own or one
+            # that came out of band (a joining backend's tables, say): writer jobs run in
+            # order, so the latest one's end covers them all.
+            if self.storing is not None and not self.storing.done():
+                st.stored = asyncio.wrap_future(self.storing)
             attrs = dm.type_c_attributes(self.directory, tu)
         with self._h("cc.attribute_lock"):
             handle = await self._acquire("attribute", key, {("attr", *a): S for a in attrs})

@@ -62,10 +62,11 @@ class TuState:
     peers_in: asyncio.Event = field(default_factory=asyncio.Event)
     found: DescriptorResults = field(default_factory=dict)
     cancelled: str = ""
-    # The writer's job storing this unit's directory update (tables and indexes of a
-    # definition). Stage 1 must not wait for it (the writer may be holding a prepared
-    # unit whose commit comes later on the bus); a read waits in stage 2, so a
-    # definition is answered only once its tables and indexes exist.
+    # The writer's job storing the latest directory update not yet stored when this
+    # unit came (tables and indexes of a definition, its own or one out of band).
+    # Stage 1 must not wait for it (the writer may be holding a prepared unit whose
+    # commit comes later on the bus); a read waits before it reads, so it never meets
+    # a file whose table (or index) is not there yet.
     stored: asyncio.Future[None] | None = None
     task: asyncio.Task[None] | None = None
     # PP's decision on a prepared write, read by the writer thread.
