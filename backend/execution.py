@@ -1,9 +1,10 @@
 """RECP's side of a backend: running a traffic unit's requests once its lock set is granted.
 
 A read-only traffic unit runs on the event loop, one row batch per step; a writing
-one runs in the single writer thread inside one SQLite transaction, is *prepared*,
-and commits only on PP's decision. The node (node.py) owns the stages before this
-and the order in which writers enter the writer thread.
+one runs in the single writer thread (`writer.py`), where a two-phase unit is
+*prepared*: written with its undo log (`undo.py`), to be kept or undone on PP's
+decision. The node (node.py) owns the stages before this, the order in which
+writers enter the writer thread, and the decision.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from backend.links import IigClient
 from backend.plan import WRITES, RequestPlan
 from backend.state import Cancelled, Timer, TuState
 from backend.store import Store, transaction
+from backend.undo import UndoLog
 from mbds import faults, metrics
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
@@ -131,56 +133,59 @@ class Execution:
         finally:
             self.store.checkin_reader(conn)
 
-    def run_writes(self, st: TuState, plans: list[RequestPlan], queued: float) -> None:
-        """A traffic unit that writes runs in the writer thread, in one transaction."""
+    def run_writes(self, st: TuState, plans: list[RequestPlan], queued: float,
+                   conn: sqlite3.Connection) -> int | None:
+        """A traffic unit that writes, in the writer thread (a savepoint of the writer's
+        transaction, `writer.py`). A two-phase unit is prepared: its writes go with their
+        undo log and its marker, and the marker's id is returned; None when it wrote
+        nothing here (or is one-phase), so there is nothing to decide on this backend."""
+        if st.cancelled:
+            raise Cancelled(st.cancelled)
         self._recp_request(queued)
-        conn = self.store.writer()
+        assert st.tu is not None
+        log = None if st.tu.one_phase else UndoLog(conn, st.key)
         moved = False
-        with transaction(conn, "IMMEDIATE"):
-            for i, rp in enumerate(plans):
-                if moved:   # an earlier request moved records: search clusters again
-                    rp = self._on_loop(self._replan(st, i))
-                t0 = time.perf_counter()
-                with self._h("recp.process"):
-                    if rp.request.op in WRITES:
-                        n = self._write(conn, rp)
-                    else:
-                        n = 0
-                        for msg in recp.read(conn, i, rp):
-                            n += _records(msg)
-                            self._emit(st, msg)
-                moved = moved or rp.request.moves_records
-                self._emit(st, self._done(i, rp, n, t0))
-            # Prepared: everything is written but not committed. Commit only when PP has
-            # heard "prepared" from every backend, so a unit that fails anywhere (a
-            # backend crashed, say) is rolled back everywhere.
-            faults.hit("backend.before_vote")
-            self._emit(st, pb.BackendReply(prepared=True))
-            faults.hit("backend.after_vote")
-            if not st.decided.wait(self.result_timeout):
-                st.cancelled = "no commit decision from PP"
-            if st.cancelled or not st.commit:
-                raise Cancelled(st.cancelled or "PP decided to abort")
-            faults.hit("backend.before_commit")
-        faults.hit("backend.after_commit")
+        for i, rp in enumerate(plans):
+            if moved:   # an earlier request moved records: search clusters again
+                rp = self._on_loop(self._replan(st, i))
+            t0 = time.perf_counter()
+            with self._h("recp.process"):
+                if rp.request.op in WRITES:
+                    n = self._write(conn, rp, log)
+                else:
+                    n = 0
+                    for msg in recp.read(conn, i, rp):
+                        n += _records(msg)
+                        self._emit(st, msg)
+            moved = moved or rp.request.moves_records
+            self._emit(st, self._done(i, rp, n, t0))
+        if st.cancelled:
+            raise Cancelled(st.cancelled)
+        faults.hit("backend.before_prepare")
+        if log is None:
+            return None
+        if not log.wrote:
+            log.drop()
+            return None
+        return log.unit
 
     async def _replan(self, st: TuState, i: int) -> RequestPlan:
         assert st.tu is not None
         return dm.plan_requests(self.directory, st.tu, st.found)[i]
 
-    def _write(self, conn: sqlite3.Connection, rp: RequestPlan) -> int:
+    def _write(self, conn: sqlite3.Connection, rp: RequestPlan, log: UndoLog | None) -> int:
         req = rp.request
         if req.op == pb.INSERT:
             if not req.records:
                 return 0
-            return recp.insert(conn, self.directory.files[req.file], list(req.records))
+            return recp.insert(conn, self.directory.files[req.file], list(req.records), log)
         if req.op == pb.DELETE:
-            return sum(recp.delete(conn, fp) for fp in rp.files)
+            return sum(recp.delete(conn, fp, log) for fp in rp.files)
         if req.moves_records:
             return sum(recp.update_moving(conn, fp, req.modifier,
-                                          lambda f, v: self._cluster_of(conn, f, v))
+                                          lambda f, v: self._cluster_of(conn, f, v), log)
                        for fp in rp.files)
-        return sum(recp.update(conn, fp, req.modifier) for fp in rp.files)
+        return sum(recp.update(conn, fp, req.modifier, log) for fp in rp.files)
 
     def _cluster_of(self, conn: sqlite3.Connection, file: str, values: list[Value]) -> int:
         """The cluster of a moved record; asks IIG when the combination is new here."""

@@ -8,7 +8,9 @@ did-group locks, generate addresses, and queue the whole CC lock set. Queuing
 in bus order on every backend is what makes CC's outcome serializable.
 Execution (concurrent): when its lock set is granted, the unit's requests run
 (`execution.py`): a read on the event loop, a write in the single writer thread
-inside one SQLite transaction, prepared, then committed on PP's decision.
+(`writer.py`). A two-phase write is prepared durably (`undo.py`) and votes; it keeps
+its locks until PP's decision, however long that takes (the controller may have to
+restart first), and is then forgotten (commit) or undone (abort).
 """
 
 from __future__ import annotations
@@ -19,19 +21,37 @@ import time
 from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import TypeVar
 
-from backend import dm
+from backend import dm, undo
 from backend.cc import LockTable, S, X
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
 from backend.plan import WRITES, RequestPlan
 from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
 from backend.store import Store
-from mbds import metrics
+from backend.writer import Writer
+from mbds import faults, metrics
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.backend")
+
+T = TypeVar("T")
+RETRY_SECONDS = 1.0      # between attempts at undoing a prepared unit that failed
+
+
+async def settle(fut: Future[T]) -> T:
+    """The writer's result for a job, even if this task is cancelled meanwhile: what the
+    writer did must be known (a prepared unit must be decided)."""
+    wrapped = asyncio.wrap_future(fut)
+    while True:
+        try:
+            return await asyncio.shield(wrapped)
+        except asyncio.CancelledError:
+            if wrapped.done():
+                return wrapped.result()
 
 
 def _log_failure(fut: Future[None]) -> None:
@@ -50,7 +70,11 @@ class BackendNode:
         self.directory.apply(store.load_directory())
         self.cc = LockTable()
         self.config = BusConfig()
-        self.writer = ThreadPoolExecutor(1, thread_name_prefix="recp-writer")
+        self.writer = Writer(store, name)
+        # Units prepared before a restart, their decision not heard: no bus opens until
+        # the controller has resolved them (Resolve), so nothing reads them meanwhile.
+        self.in_doubt: dict[undo.Key, int] = undo.in_doubt(store.writer())
+        self.prepared: dict[undo.Key, TuState] = {}   # prepared since, awaiting decision
         self.storing: Future[None] | None = None    # the latest directory update's storing
         # Reads of traffic units run on the event loop; this thread only counts records
         # per cluster for the controller's Directory call (placement state).
@@ -112,7 +136,7 @@ class BackendNode:
         """
         new = self.directory.apply(update)
         if new.files or new.descriptors or new.clusters:
-            fut = self.writer.submit(self.store.persist_directory, new)
+            fut = self.writer.submit(lambda conn: self.store.persist_rows(conn, new))
             fut.add_done_callback(_log_failure)
             self.storing = fut
             return fut
@@ -198,10 +222,12 @@ class BackendNode:
 
     def _cancel(self, st: TuState, reason: str) -> None:
         st.cancelled = reason
-        st.decided.set()               # a writer waiting for the decision rolls back
+        if st.decision is not None and not st.decision.done():
+            st.decision.set_result(False)  # a prepared unit is undone
         st.credit_ready.set()          # a RECP step waiting for credit gives up
         st.peers_in.set()              # so does stage 2 waiting for a peer's ids
-        if st.task is not None and not st.task.done():
+        # A unit with the writer is not interrupted: it finishes, then sees `cancelled`.
+        if st.task is not None and not st.task.done() and not st.writing:
             st.task.cancel()
 
     def on_credit(self, seq: int, batches: int) -> None:
@@ -211,15 +237,51 @@ class BackendNode:
             st.credit_ready.set()
 
     def on_bus_closed(self, bus: BusOut) -> None:
-        """The controller went away: nobody will collect these units' results."""
-        for st in [st for st in self.tus.values() if st.bus is bus]:
+        """The controller went away: nobody will collect these units' results. A unit
+        prepared here stays in doubt, locks held, until the controller resolves it."""
+        for st in [st for st in self.tus.values() if st.bus is bus and st.decision is None]:
             self._cancel(st, "the controller's bus closed")
 
     def on_commit(self, seq: int) -> None:
         st = self.tus.get((self.config.epoch, seq))
-        if st is not None:
-            st.commit = True
-            st.decided.set()
+        if st is not None and st.decision is not None and not st.decision.done():
+            st.decision.set_result(True)
+
+    def in_doubt_units(self) -> list[undo.Key]:
+        """Every unit prepared here whose decision has not come."""
+        return [*self.in_doubt, *(k for k, st in self.prepared.items()
+                                  if st.decision is not None and not st.decision.done())]
+
+    async def resolve(self, outcomes: list[pb.Outcome]) -> None:
+        """The controller's decisions on in-doubt units: each carried out, durably."""
+        for o in outcomes:
+            key = (o.unit.epoch, o.unit.seq)
+            st = self.prepared.get(key)
+            if st is not None:
+                if st.decision is not None and not st.decision.done():
+                    st.decision.set_result(o.commit)
+                if st.task is not None:
+                    await asyncio.wait([st.task])
+            elif key in self.in_doubt:
+                unit = self.in_doubt[key]
+                await self._decide(unit, o.commit)
+                del self.in_doubt[key]
+
+    async def _decide(self, unit: int, commit: bool) -> None:
+        """Forget a prepared unit (commit) or undo it (abort), retrying an undo that
+        fails (a full disk): the unit keeps its locks until it has been undone."""
+        while True:
+            try:
+                if commit:
+                    await settle(self.writer.submit(partial(undo.forget, unit=unit)))
+                else:
+                    await settle(self.writer.submit(
+                        partial(undo.roll_back, unit=unit, files=dict(self.directory.files))))
+                return
+            except Exception as e:
+                log.error("%s of prepared unit %d failed, retrying: %s",
+                          "commit" if commit else "roll-back", unit, e)
+                await asyncio.sleep(RETRY_SECONDS)
 
     # ------------------------------------------------------------- stage 2 --
     async def _stage2_loop(self) -> None:
@@ -279,16 +341,10 @@ class BackendNode:
                 writes = any(p.request.op in WRITES for p in plans)
             queued = time.perf_counter()
             if writes:
-                async with self.write_turn:
-                    await self.write_turn.wait_for(lambda: self.write_order[0] == key)
-                try:
-                    await self.loop.run_in_executor(self.writer, self.execution.run_writes,
-                                                    st, plans, queued)
-                finally:
-                    await self._next_writer(key)
+                await self._write(key, st, plans, queued, lock)
             else:
                 await self.execution.run_reads(st, plans, queued)
-            await self._finish(st, committed=True)
+                await self._finish(st, committed=True)
         except (Cancelled, asyncio.CancelledError):
             if key in self.write_order:
                 await self._next_writer(key)
@@ -297,8 +353,57 @@ class BackendNode:
             log.warning("traffic unit %s failed: %s", key, e)
             await self._finish(st, error=f"backend {self.name}: {e}")
         finally:
+            self._release(st, lock)
+
+    def _release(self, st: TuState, lock: tuple[Hashable, int]) -> None:
+        if not st.released:
+            st.released = True
             with self._h("cc.cluster_release"):
                 self.cc.release(lock)
+
+    async def _write(self, key: tuple[str, int], st: TuState, plans: list[RequestPlan],
+                     queued: float, lock: tuple[Hashable, int]) -> None:
+        """Writes in bus order through the writer; a two-phase unit that wrote here is
+        prepared, votes, and waits for PP's decision with its locks held."""
+        async with self.write_turn:
+            await self.write_turn.wait_for(lambda: self.write_order[0] == key)
+        st.writing = True
+        try:
+            job = self.writer.submit(
+                lambda conn: self.execution.run_writes(st, plans, queued, conn))
+        finally:
+            await self._next_writer(key)   # the next unit may join the same group
+        unit = await settle(job)
+        if unit is None:                   # one-phase, or nothing written here
+            await self._finish(st, committed=True)
+            return
+        st.decision = self.loop.create_future()
+        self.prepared[key] = st
+        try:
+            if st.cancelled:               # aborted while it was being written
+                st.decision.set_result(False)
+            else:
+                faults.hit("backend.before_vote")
+                self._send(st, pb.BackendReply(prepared=True))
+                faults.hit("backend.after_vote")
+            commit = await st.decision
+            if commit:
+                self._release(st, lock)         # the writes are final: readers may come
+                faults.hit("backend.before_commit")
+            await self._decide(unit, commit)
+        except BaseException:
+            if not st.decision.done():
+                st.decision.set_result(False)
+            await self._decide(unit, False)
+            raise
+        finally:
+            del self.prepared[key]
+        if commit:
+            faults.hit("backend.after_commit")
+            self._send(st, pb.BackendReply(forgotten=True))
+            self._forget(st)
+        else:
+            raise Cancelled(st.cancelled or "PP decided to abort")
 
     async def _next_writer(self, key: tuple[str, int]) -> None:
         async with self.write_turn:
@@ -309,11 +414,17 @@ class BackendNode:
     def _aborted(self, st: TuState) -> str:
         return f"backend {self.name}: traffic unit aborted: {st.cancelled or 'cancelled'}"
 
-    async def _finish(self, st: TuState, *, committed: bool = False, error: str = "") -> None:
-        """The unit's last message to PP; then it is forgotten here."""
-        msg = pb.BackendReply(committed=True) if committed else pb.BackendReply(error=error)
+    def _send(self, st: TuState, msg: pb.BackendReply) -> None:
         if st.tu is not None and st.bus is not None:
             msg.seq = st.tu.seq
             st.bus.send(msg)
+
+    def _forget(self, st: TuState) -> None:
         if self.tus.get(st.key) is st:
             del self.tus[st.key]
+
+    async def _finish(self, st: TuState, *, committed: bool = False, error: str = "") -> None:
+        """The unit's last message to PP; then it is forgotten here."""
+        self._send(st, pb.BackendReply(committed=True) if committed
+                   else pb.BackendReply(error=error))
+        self._forget(st)

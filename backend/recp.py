@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from backend.plan import FilePlan, RequestPlan
 from backend.store import col, table
+from backend.undo import UndoLog
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
 from mbds.values import Value, from_pb, to_pb
@@ -239,10 +240,12 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[str],
         yield pb.BackendReply(request_index=request_index, group=g)
 
 
-def delete(conn: sqlite3.Connection, plan: FilePlan) -> int:
+def delete(conn: sqlite3.Connection, plan: FilePlan, undo: UndoLog | None = None) -> int:
     if not plan.clusters:
         return 0
     where, params = _where(plan)
+    if undo is not None:
+        undo.rows(plan.schema, where, params)
     return conn.execute(f"DELETE FROM {table(plan.schema.name)} WHERE {where}", params).rowcount
 
 
@@ -255,18 +258,21 @@ def _modifier_sql(m: pb.Modifier) -> tuple[str, list[object]]:
     return f"({col(m.source)} {m.arith} ?)", [value]
 
 
-def update(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier) -> int:
+def update(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
+           undo: UndoLog | None = None) -> int:
     """UPDATE of a non-directory attribute: records stay in their clusters."""
     if not plan.clusters:
         return 0
     expr, eparams = _modifier_sql(m)
     where, wparams = _where(plan)
+    if undo is not None:
+        undo.rows(plan.schema, where, wparams)
     return conn.execute(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = {expr} "
                         f"WHERE {where}", eparams + wparams).rowcount
 
 
 def update_moving(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
-                  cluster_of: Place) -> int:
+                  cluster_of: Place, undo: UndoLog | None = None) -> int:
     """UPDATE of a directory attribute: each record may move to another cluster.
 
     SQLite computes the new value (so arithmetic is the same as in `update`);
@@ -282,6 +288,8 @@ def update_moving(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
     rows = conn.execute(f"SELECT rid, {sel} FROM {table(plan.schema.name)} WHERE {where}",
                         eparams * dir_attrs.count(m.attr) + wparams).fetchall()
     pos = dir_attrs.index(m.attr)
+    if undo is not None:
+        undo.rows(plan.schema, where, wparams)
     changes = []
     for rid, *values in rows:
         cid = cluster_of(plan.schema.name, [plan.schema.name, *values])
@@ -291,11 +299,15 @@ def update_moving(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
     return len(changes)
 
 
-def insert(conn: sqlite3.Connection, schema: FileSchema, records: list[pb.PlacedRecord]) -> int:
+def insert(conn: sqlite3.Connection, schema: FileSchema, records: list[pb.PlacedRecord],
+           undo: UndoLog | None = None) -> int:
     names = [a.name for a in schema.attributes]
+    before = undo.last_rid(schema) if undo is not None else 0
     sql = (f"INSERT INTO {table(schema.name)} (cluster_id, {', '.join(map(col, names))}, _body) "
            f"VALUES (?, {', '.join('?' * len(names))}, ?)")
     conn.executemany(sql, [
         (r.cluster_id, *[from_pb(v) for v in r.values], r.body if r.HasField("body") else None)
         for r in records])
+    if undo is not None:
+        undo.inserted(schema, before)
     return len(records)

@@ -29,7 +29,14 @@ class BackendServicer(rpc.BackendServicer):
     async def Hello(self, request: pb.HelloRequest,
                     context: grpc.aio.ServicerContext) -> pb.HelloReply:
         return pb.HelloReply(name=self.node.name, directory_digest=self.node.directory.digest(),
-                             metrics_port=self.node.metrics_port)
+                             metrics_port=self.node.metrics_port, in_doubt=[
+                                 pb.UnitId(epoch=e, seq=s)
+                                 for e, s in self.node.in_doubt_units()])
+
+    async def Resolve(self, request: pb.Outcomes,
+                      context: grpc.aio.ServicerContext) -> pb.HelloReply:
+        await self.node.resolve(list(request.outcomes))
+        return await self.Hello(pb.HelloRequest(), context)
 
     async def Directory(self, request: pb.DirectoryRequest,
                         context: grpc.aio.ServicerContext) -> pb.DirectoryReply:
@@ -53,6 +60,10 @@ class BackendServicer(rpc.BackendServicer):
         Each message down is handled completely (stage 1) before the next one is read.
         Replies queued while the stream was busy go back together in one message.
         """
+        if self.node.in_doubt:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, (
+                f"backend {self.node.name} has {len(self.node.in_doubt)} prepared units "
+                "to resolve first"))
         bus = BusOut()
         reader = asyncio.create_task(self._read_bus(request_iterator, bus))
         sent = metrics.BUS_MESSAGES.labels("to_controller", self.node.name)
@@ -133,6 +144,6 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     await peers.close()
     await server.stop(grace)
     await iig.close()
-    node.writer.shutdown(wait=True)
+    node.writer.shutdown()
     store.close()
     log.info("backend %s stopped", node_name)

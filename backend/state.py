@@ -4,7 +4,6 @@ bus it answers on, the bus's configuration, and the handler timers."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -69,8 +68,9 @@ class TuState:
     # a file whose table (or index) is not there yet.
     stored: asyncio.Future[None] | None = None
     task: asyncio.Task[None] | None = None
-    # PP's decision on a prepared write, read by the writer thread.
-    decided: threading.Event = field(default_factory=threading.Event)
-    commit: bool = False
+    writing: bool = False              # its writes are with the writer thread
+    released: bool = False             # its cluster locks are released
+    # Prepared here: PP's decision (True: commit) comes by bus or by Resolve.
+    decision: asyncio.Future[bool] | None = None
     expiry: asyncio.TimerHandle | None = None   # forgets it if its traffic unit never comes
 

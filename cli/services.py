@@ -66,9 +66,14 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
 @split_search_option
 @click.option("--metrics-port", type=int,
               help="Serve Prometheus /metrics on this port (0: any free one).")
+@click.option("--data-dir", type=click.Path(path_type=Path), required=True,
+              help="The controller's commit decisions (decisions.db).")
+@click.option("--synchronous", default="NORMAL", show_default=True,
+              type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
+              help="SQLite synchronous mode of the decision log.")
 def controller(listen: str, backend_list: str, discover: str | None, expect: int,
                advertise: str, internal_timing: str, timeout: float, split_search_from: int,
-               metrics_port: int | None) -> None:
+               metrics_port: int | None, data_dir: Path, synchronous: str) -> None:
     """Run the controller (REQP, IIG, PP)."""
     from controller.discovery import discover_backends
     from controller.server import serve
@@ -83,7 +88,8 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
     asyncio.run(serve(listen=listen, backends=addresses, advertise=advertise,
                       discover=discover or "",
                       internal_timing=internal_timing == "on", timeout=timeout,
-                      split_search_from=split_search_from, metrics_port=served))
+                      split_search_from=split_search_from, metrics_port=served,
+                      data_dir=data_dir, synchronous=synchronous))
 
 
 @click.command()

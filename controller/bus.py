@@ -5,8 +5,9 @@ backend's stream in one synchronous step, so all backends receive traffic
 units in the same order — the broadcast bus of the paper's hardware, rebuilt.
 Results come back on the same streams tagged with the seq and are routed to
 that unit's `Inbox`, which also sends what goes down for it: credit, commit
-and abort. What was queued at once travels as one message each way, so a
-small request costs one message down and one up per backend, not a call.
+and abort, and takes a writing unit's votes to a decision (`decisions.py`).
+What was queued at once travels as one message each way, so a small request
+costs one message down and one up per backend, not a call.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TypeAlias
 
 import grpc
 
-from mbds import metrics
+from controller.decisions import Decisions
+from mbds import faults, metrics
 from mbds.errors import BackendUnavailable, TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -53,6 +55,8 @@ class BackendLink:
         self.pending: dict[int, asyncio.Queue[Delivery]] = {}
         self.error = "not connected"
         self.metrics_url = ""
+        # Told when this backend has forgotten a committed unit (its seq on this bus).
+        self.on_forgotten: Callable[[int], None] = lambda seq: None
 
     @property
     def up(self) -> bool:
@@ -114,6 +118,9 @@ class BackendLink:
         try:
             async for replies in self.stub.Bus(batches()):
                 for reply in replies.replies:
+                    if reply.WhichOneof("body") == "forgotten":
+                        self.on_forgotten(reply.seq)
+                        continue
                     inbox = pending.get(reply.seq)
                     if inbox is not None:     # else: a unit PP gave up on (aborted)
                         inbox.put_nowait((self, reply))
@@ -166,9 +173,13 @@ class Inbox:
     """
 
     def __init__(self, links: list[BackendLink], seq: int, deadline: float, timeout: float,
-                 requests: int) -> None:
+                 requests: int, *, epoch: str = "", decisions: Decisions | None = None) -> None:
         self.links, self.seq, self.deadline, self.timeout = links, seq, deadline, timeout
         self.end = requests             # the stage of `prepared` / `committed`
+        self.key = (epoch, seq)
+        self.decisions = decisions
+        self.deciding: asyncio.Task[None] | None = None
+        self.ended: set[BackendLink] = set()    # backends done with the unit (or gone)
         self.queue: asyncio.Queue[Delivery] = asyncio.Queue()
         self.ahead: dict[BackendLink, deque[pb.BackendReply]] = {x: deque() for x in links}
         self.consumed: dict[BackendLink, int] = dict.fromkeys(links, 0)
@@ -179,6 +190,8 @@ class Inbox:
         """Stop routing this unit's replies here (later ones are dropped)."""
         for link in self.links:
             link.pending.pop(self.seq, None)
+        if self.decisions is not None:
+            self.decisions.finished(self.key)
 
     def _stage(self, msg: pb.BackendReply) -> int:
         return self.end if msg.WhichOneof("body") in ("prepared", "committed") \
@@ -186,8 +199,10 @@ class Inbox:
 
     def _check(self, link: BackendLink, msg: pb.BackendReply | None) -> pb.BackendReply:
         if msg is None:
+            self.ended.add(link)
             raise BackendFailure(link, link.unavailable(link.error or "its bus closed"))
         if msg.WhichOneof("body") == "error":
+            self.ended.add(link)
             raise BackendFailure(link, TrafficUnitAborted(msg.error))
         return msg
 
@@ -237,12 +252,76 @@ class Inbox:
                     f"backend {link.name} sent {msg.WhichOneof('body')} instead of {kind}"))
             waiting.discard(link)
 
-    def commit(self) -> None:
-        for link in self.links:
-            link.send(pb.BusMessage(commit=pb.Commit(seq=self.seq)))
+    async def settle(self, writes: bool) -> None:
+        """The unit's end on every backend. A write: each backend's vote (`prepared`, or
+        `committed` from one that wrote nothing or committed in one phase), then, if any
+        prepared, the durable decision and Commit to each of them. Once the decision is
+        on disk the unit is committed, whatever happens to PP or to a backend."""
+        if not writes:
+            await self.expect_all("committed")
+            return
+        voted: list[BackendLink] = []
+        waiting = set(self.links)
+        while waiting:
+            link, msg = await self.take(waiting, self.end)
+            kind = msg.WhichOneof("body")
+            if kind not in ("prepared", "committed"):
+                raise BackendFailure(link, TrafficUnitAborted(
+                    f"backend {link.name} sent {kind} instead of its vote"))
+            if kind == "prepared":
+                voted.append(link)
+            else:
+                self.ended.add(link)
+            waiting.discard(link)
+        if voted:
+            self.deciding = asyncio.create_task(self._commit(voted))
+            await asyncio.shield(self.deciding)
+
+    async def _commit(self, voted: list[BackendLink]) -> None:
+        assert self.decisions is not None
+        try:
+            faults.hit("controller.before_decision")
+            await self.decisions.commit(self.key, [x.name for x in voted])
+        except Exception as e:
+            self._abort_now(f"no commit decision: {e}")
+            raise BackendFailure(voted[0], TrafficUnitAborted(
+                f"traffic unit aborted: no commit decision: {e}")) from None
+        faults.hit("controller.after_decision")
+        for i, link in enumerate(voted):
+            if link.up:            # one that is not resolves the unit when it rejoins
+                link.send(pb.BusMessage(commit=pb.Commit(seq=self.seq)))
+            if i == 0 and faults.armed("controller.mid_commit"):
+                await asyncio.sleep(0.5)     # the first Commit is on its way
+                faults.hit("controller.mid_commit")
 
     def abort(self, reason: str) -> None:
-        """Roll the unit back on every backend whose bus is open."""
+        """Roll the unit back on every backend whose bus is open, unless it is being
+        decided (the decision then carries it out, or aborts it itself)."""
+        if self.deciding is None:
+            self._abort_now(reason)
+
+    async def abort_and_wait(self, reason: str, grace: float = 1.0) -> None:
+        """Abort, and wait (a little past the deadline at most) until every backend
+        whose bus is open has rolled the unit back: a client told that its unit failed
+        then finds it nowhere, even in the backends' files."""
+        self.abort(reason)
+        if self.deciding is not None:
+            return
+        for link, held in self.ahead.items():
+            if any(m.WhichOneof("body") == "committed" for m in held):
+                self.ended.add(link)
+        loop = asyncio.get_running_loop()
+        until = max(self.deadline, loop.time()) + grace
+        while any(x.up and x not in self.ended for x in self.links):
+            try:
+                async with asyncio.timeout_at(until):
+                    link, msg = await self.queue.get()
+            except TimeoutError:
+                return
+            if msg is None or msg.WhichOneof("body") in ("error", "committed"):
+                self.ended.add(link)
+
+    def _abort_now(self, reason: str) -> None:
         for link in self.links:
             if link.up:
                 link.send(pb.BusMessage(abort=pb.Abort(seq=self.seq, reason=reason)))
@@ -251,10 +330,12 @@ class Inbox:
 class Bus:
     """The set of backends in bus order, and the total order of traffic units."""
 
-    def __init__(self, addresses: list[str], *, internal_timing: bool, iig_address: str) -> None:
+    def __init__(self, addresses: list[str], *, internal_timing: bool, iig_address: str,
+                 decisions: Decisions) -> None:
         self.links = [BackendLink(a) for a in addresses]
         self.internal_timing = internal_timing
         self.iig_address = iig_address
+        self.decisions = decisions
         self.epoch = uuid.uuid4().hex[:12]   # tells the backends this controller's buses apart
         self.seq = 0
 
@@ -265,6 +346,7 @@ class Bus:
             link.index = i
 
     def open(self, link: BackendLink) -> None:
+        link.on_forgotten = lambda seq: self.decisions.forgotten((self.epoch, seq), link.name)
         link.open_bus(pb.BusHello(
             epoch=self.epoch, backend_index=link.index, peers=[x.address for x in self.links],
             internal_timing=self.internal_timing, iig_address=self.iig_address,
@@ -272,15 +354,17 @@ class Bus:
 
     def broadcast(self, units: dict[int, pb.TrafficUnit], timeout: float,
                   requests: int) -> Inbox:
-        """Give a traffic unit (one copy per backend index) its place in the total order,
-        put it on every bus and return its inbox, registered before anything is sent."""
-        down = [link for link in self.links if not link.up]
+        """Give a traffic unit (one copy per backend index it goes to) its place in the
+        total order, put it on those buses and return its inbox, registered before
+        anything is sent."""
+        links = [link for link in self.links if link.index in units]
+        down = [link for link in links if not link.up]
         if down:
             raise down[0].unavailable()
         self.seq += 1
-        inbox = Inbox(list(self.links), self.seq,
-                      asyncio.get_running_loop().time() + timeout, timeout, requests)
-        for link in self.links:
+        inbox = Inbox(links, self.seq, asyncio.get_running_loop().time() + timeout, timeout,
+                      requests, epoch=self.epoch, decisions=self.decisions)
+        for link in links:
             tu = units[link.index]
             tu.seq = self.seq
             link.send(pb.BusMessage(traffic_unit=tu))

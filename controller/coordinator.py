@@ -1,10 +1,10 @@
 """The controller's core: REQP → IIG → bus → PP for each traffic unit, and membership.
 
-The controller keeps no files of its own. At start it reads every backend's
-directory, takes their union as the authoritative one (ids only ever come
-from IIG, so copies can only lag, never disagree) and brings any lagging
-backend up to date. Placement state is rebuilt from the backends' per-cluster
-record counts.
+The controller's only file is its decision log (`decisions.py`). At start it
+resolves every backend's in-doubt units, reads every backend's directory, takes
+their union as the authoritative one (ids only ever come from IIG, so copies can
+only lag, never disagree) and brings any lagging backend up to date. Placement
+state is rebuilt from the backends' per-cluster record counts.
 """
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
 
 from controller import pp
 from controller.bus import BackendLink, Bus
+from controller.decisions import Decisions
 from controller.iig import Defined, Iig
 from controller.reqp import Prepared, Reqp
 from mbds import metrics
@@ -39,12 +43,16 @@ class Coordinator:
     def __init__(self, addresses: list[str], *, iig_address: str = "",
                  internal_timing: bool = True, timeout: float = 60.0,
                  connect_timeout: float = 10.0, metrics_url: str = "",
-                 split_search_from: int = 1) -> None:
+                 split_search_from: int = 1, log_path: Path | None = None,
+                 synchronous: str = "NORMAL") -> None:
         # Split descriptor search over the backends only for traffic units with at
         # least this many predicates (1: always, the paper's design).
         self.split_search_from = split_search_from
         self.metrics_url = metrics_url
-        self.bus = Bus(addresses, internal_timing=internal_timing, iig_address=iig_address)
+        self.decisions = Decisions(log_path, synchronous)
+        self.reported: set[tuple[str, int]] = set()   # in-doubt units met while joining
+        self.bus = Bus(addresses, internal_timing=internal_timing, iig_address=iig_address,
+                       decisions=self.decisions)
         self.directory = Directory()
         self.iig = Iig(self.directory)
         self.reqp = Reqp(self.directory)
@@ -69,6 +77,8 @@ class Coordinator:
     async def start(self) -> None:
         """Meet every backend, reconcile directories, rebuild placement, open the buses."""
         await self._join(self.links)
+        self.decisions.purge(self.bus.epoch, self.reported)
+        self.reported = set()
 
     async def _join(self, links: list[BackendLink]) -> None:
         """Admit backends: read their directories and placement counts, order the set
@@ -96,7 +106,7 @@ class Coordinator:
         for link in self.links:
             digest = next((r.directory_digest for r in replies if r.name == link.name), None)
             if digest is None:
-                digest = (await link.hello(self.connect_timeout)).directory_digest
+                digest = (await self._hello(link, self.connect_timeout)).directory_digest
             await self._sync(link, digest)
             self.bus.open(link)
 
@@ -112,8 +122,31 @@ class Coordinator:
                  ", ".join(f"{x.name}@{x.address}" for x in self.links))
 
     async def _directory_of(self, link: BackendLink) -> pb.DirectoryReply:
-        await link.hello(self.connect_timeout)
+        await self._hello(link, self.connect_timeout)
         return await link.directory(self.timeout)
+
+    async def _hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
+        """Hello, and the backend's in-doubt units resolved before it serves anything."""
+        reply = await link.hello(timeout)
+        if not reply.in_doubt:
+            return reply
+        units = [(u.epoch, u.seq) for u in reply.in_doubt]
+        self.reported.update(units)
+        outcomes = [pb.Outcome(unit=pb.UnitId(epoch=e, seq=s),
+                               commit=await self.decisions.outcome((e, s))) for e, s in units]
+        try:
+            reply = await link.stub.Resolve(pb.Outcomes(outcomes=outcomes), timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise link.unavailable(f"resolving its in-doubt units: {e.details()}") from None
+        for o in outcomes:
+            metrics.IN_DOUBT_RESOLVED.labels("commit" if o.commit else "abort", link.name).inc()
+            if o.commit:
+                self.decisions.forgotten((o.unit.epoch, o.unit.seq), link.name)
+        log.info("backend %s: %d in-doubt units resolved (%d committed)", link.name,
+                 len(outcomes), sum(o.commit for o in outcomes))
+        if reply.in_doubt:
+            raise link.unavailable(f"{len(reply.in_doubt)} units still in doubt")
+        return reply
 
     async def _sync(self, link: BackendLink, digest: str) -> None:
         if digest != self.directory.digest():
@@ -127,7 +160,7 @@ class Coordinator:
             for link in self.links:
                 if link.up:
                     continue
-                reply = await link.hello(min(2.0, self.connect_timeout))
+                reply = await self._hello(link, min(2.0, self.connect_timeout))
                 await self._sync(link, reply.directory_digest)
                 self.bus.open(link)
                 log.info("backend %s rejoined", link.name)
@@ -177,14 +210,36 @@ class Coordinator:
             tu.directory.CopyFrom(update)
             tu.predicate_count = m
             tu.split_search = m >= self.split_search_from
+        units = self._one_phase(units, update)
         try:
             inbox = self.bus.broadcast(units, timeout or self.timeout, len(prepared))
-            self.unsent = pb.DirectoryUpdate()
+            if len(units) == len(self.links):
+                self.unsent = pb.DirectoryUpdate()
             async for reply in pp.gather(inbox, prepared, insert_clusters):
                 yield reply
         except BaseException:      # refused, aborted, or its client went away
             self.iig.unplace(names, units)
             raise
+
+    def _one_phase(self, units: dict[int, pb.TrafficUnit], update: pb.DirectoryUpdate
+                   ) -> dict[int, pb.TrafficUnit]:
+        """Units that at most one backend can write commit in one phase. With one
+        backend, any unit; an INSERT whose records IIG placed on one backend, carrying
+        no directory entries, goes to that backend alone (the others have nothing to
+        do with it). Every other writing unit is two-phase."""
+        if len(units) == 1:
+            for tu in units.values():
+                tu.one_phase = True
+            return units
+        first = next(iter(units.values()))
+        if not first.requests or any(r.op != pb.INSERT for r in first.requests) or (
+                update.files or update.descriptors or update.clusters):
+            return units
+        writers = [i for i, tu in units.items() if any(r.records for r in tu.requests)]
+        if len(writers) != 1:
+            return units
+        units[writers[0]].one_phase = True
+        return {writers[0]: units[writers[0]]}
 
     async def execute(self, text: str, timeout: float | None = None
                       ) -> AsyncIterator[pb.ExecuteReplies]:
@@ -230,3 +285,4 @@ class Coordinator:
 
     async def close(self) -> None:
         await self.bus.close()
+        await self.decisions.close()

@@ -6,8 +6,8 @@ only as the client takes it, so the controller's memory does not grow with
 the response set. Aggregates are finished here (AVG from the partial SUMs
 and COUNTs), BY groups merged, and RETRIEVE-COMMON joined (these two keep
 their groups / one side in memory). For a write PP decides, through the
-unit's inbox: every backend prepared → commit → every backend committed →
-acknowledge; anything else aborts the unit everywhere.
+unit's inbox: every backend that wrote prepared → the decision is durable →
+commit → acknowledge; anything else aborts the unit everywhere.
 """
 
 from __future__ import annotations
@@ -162,12 +162,9 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                 held.append(done)     # a write's `done` is its acknowledgement: after commit
             else:
                 out.append(_stamp(done, p.op, t0))
-        # A writing traffic unit commits only once every backend has prepared it
-        # (written, not committed); it is acknowledged only once every one committed.
-        if writes:
-            await inbox.expect_all("prepared")
-            inbox.commit()
-        await inbox.expect_all("committed")
+        # A write is acknowledged only once it is committed: every backend committed
+        # it, or every one that wrote has prepared it and the decision is durable.
+        await inbox.settle(writes)
         finished = True
         out.extend(_stamp(done, prepared[done.request_index].op, t0) for done in held)
         if out:
@@ -176,7 +173,7 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
         finished = True
         # Every backend, the failing one too: one that missed the deadline may be alive
         # and waiting (e.g. for a silent peer's ids).
-        inbox.abort(str(f.error))
+        await inbox.abort_and_wait(str(f.error))
         raise f.error from None
     finally:
         inbox.unregister()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -94,6 +95,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                 internal_timing: bool = True, timeout: float = 60.0,
                 split_search_from: int = 1,
                 connect_timeout: float = 30.0, grace: float = 5.0, metrics_port: int = 0,
+                data_dir: Path | None = None, synchronous: str = "NORMAL",
                 ready: asyncio.Event | None = None) -> None:
     """Run the controller until SIGTERM/SIGINT."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
@@ -103,7 +105,8 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     coordinator = Coordinator(backends, iig_address=iig_address,
                               internal_timing=internal_timing, timeout=timeout,
                               split_search_from=split_search_from,
-                              connect_timeout=connect_timeout,
+                              connect_timeout=connect_timeout, synchronous=synchronous,
+                              log_path=data_dir / "decisions.db" if data_dir else None,
                               metrics_url=f"http://{iig_address.rsplit(':', 1)[0]}:{metrics_port}"
                                           "/metrics" if metrics_port else "")
     controller = ControllerServicer(coordinator)

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -172,32 +172,33 @@ class LocalCluster:
             raise
         return self.address
 
-    def start_controller(self) -> None:
-        args = ["controller", "--listen", f"127.0.0.1:{self.port}", "--backends",
+    def start_controller(self, port: int | None = None, env: dict[str, str] | None = None
+                         ) -> None:
+        port = self.port if port is None else port
+        args = ["controller", "--listen", f"127.0.0.1:{port}", "--backends",
                 ",".join(p.address or "" for p in self.backends),
                 "--internal-timing", "on" if self.internal_timing else "off",
                 "--timeout", str(self.timeout),
-                "--split-search-from", str(self.split_search_from)]
+                "--split-search-from", str(self.split_search_from),
+                "--data-dir", str(self.data_dir / "controller"),
+                "--synchronous", self.synchronous]
         if self.metrics_port is not None:
             args += ["--metrics-port", str(self._metrics_port(0))]
         with signals_held():          # start() stops it if a signal comes after this
-            self.controller = Proc("controller", args)
+            self.controller = Proc("controller", args, env)
         self.address = self.controller.wait_ready(60)
 
     def restart_backend(self, i: int, env: dict[str, str] | None = None) -> None:
         """Start backend i again on its old port (its data directory is kept), with `env`
         added to its environment (e.g. MBDS_FAULTS, mbds/faults.py)."""
-        old = self.backends[i].address or ""
-        port = int(old.rsplit(":", 1)[1])
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.backends[i] = self.start_backend(i, port, env)
-                return
-            except ProcessFailed:
-                if time.monotonic() > deadline:   # the port may linger briefly
-                    raise
-                time.sleep(0.2)
+        def start(port: int) -> None:
+            self.backends[i] = self.start_backend(i, port, env)
+        _on_old_port(start, self.backends[i].address or "")
+
+    def restart_controller(self, env: dict[str, str] | None = None) -> None:
+        """Start the controller again on its old port (its decision log is kept), with
+        `env` added to its environment."""
+        _on_old_port(lambda port: self.start_controller(port, env), self.address)
 
     def stop(self) -> None:
         # The controller first (no new work), then every backend at once: a backend
@@ -215,3 +216,17 @@ class LocalCluster:
     def logs(self) -> str:
         procs = ([self.controller] if self.controller else []) + self.backends
         return "\n".join(f"--- {p.name}\n" + "\n".join(p.tail) for p in procs)
+
+
+def _on_old_port(start: Callable[[int], None], address: str) -> None:
+    """Start a process again on the port of `address` (which may linger briefly)."""
+    port = int(address.rsplit(":", 1)[1])
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            start(port)
+            return
+        except ProcessFailed:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

@@ -11,10 +11,14 @@ from __future__ import annotations
 import os
 
 POINTS = (
-    "backend.before_vote",    # the unit is written, not yet voted "prepared"
-    "backend.after_vote",     # "prepared" is queued for PP; the decision has not come
-    "backend.before_commit",  # PP's commit has come; this backend has not committed
-    "backend.after_commit",   # the unit is committed here; "committed" not yet sent
+    "backend.before_prepare",       # written in the writer's transaction, not yet durable
+    "backend.before_vote",          # prepared durably; "prepared" not yet sent
+    "backend.after_vote",           # "prepared" is queued for PP; the decision has not come
+    "backend.before_commit",        # PP's commit has come; the unit is not yet forgotten
+    "backend.after_commit",         # forgotten here; "forgotten" not yet sent
+    "controller.before_decision",   # every vote is in; the decision is not yet written
+    "controller.after_decision",    # the decision is on disk; no Commit sent yet
+    "controller.mid_commit",        # Commit sent to the first prepared backend only
 )
 ACTIONS = ("crash", "error")
 
@@ -36,6 +40,10 @@ def parse(spec: str) -> dict[str, str]:
 
 
 _ACTIVE = parse(os.environ.get("MBDS_FAULTS", ""))
+
+
+def armed(point: str) -> bool:
+    return point in _ACTIVE
 
 
 def hit(point: str) -> None:

@@ -38,6 +38,13 @@ BUS_MESSAGES = Counter(
 BUS_ITEMS = Counter(
     "mbds_bus_items_total", "Bus messages' items (traffic units, credits, commits, aborts "
     "down; row batches, groups, done, committed, errors up)", ["direction", "backend"])
+COMMIT_GROUP = Histogram(
+    "mbds_commit_group_jobs", "Jobs that shared one SQLite transaction (group commit): "
+    "prepares, commits, roll-backs and directory rows on a backend, decisions on the "
+    "controller (backend=\"\")", ["backend"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+IN_DOUBT_RESOLVED = Counter(
+    "mbds_in_doubt_resolved_total", "Prepared units a backend was in doubt about, resolved "
+    "by the controller", ["outcome", "backend"])     # outcome: commit | abort
 RECORDS_PROCESSED = Counter(
     "mbds_records_processed_total", "Records retrieved or changed by RECP", ["op", "backend"])
 

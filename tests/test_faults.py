@@ -1,13 +1,22 @@
-"""Faults at named points of the commit protocol (mbds/faults.py): a writing unit whose
-backend fails before it votes, after it votes, or after it commits changes every
-backend or none, and is never acknowledged unless it committed everywhere."""
+"""Faults at named points of the commit protocol (mbds/faults.py): a writing unit changes
+every backend or none whichever process crashes at whichever step, a client told that
+its unit failed finds it nowhere, and an acknowledged one is everywhere once every
+process is back. A backend restarted with a prepared unit opens no bus until the
+controller has resolved it."""
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import grpc
 import pytest
 
 from mbds import faults
 from mbds.client import ClientError
+from mbds.proto import mbds_pb2 as pb
+from mbds.proto import mbds_pb2_grpc as rpc
 from tests.conftest import CENSUS_YAML, Running
 from tests.crashes import retry
 
@@ -16,11 +25,29 @@ from tests.crashes import retry
 UNIT = "[" + "; ".join(f"INSERT (<FILE, Census>, <CITY, 'f{i}'>, <POP, {i}>)"
                        for i in range(3)) + "]"
 COUNT = "RETRIEVE ((FILE = Census) and (CITY >= f0) and (CITY <= f9)) (CITY)"
+NOWHERE = {"b0": 0, "b1": 0, "b2": 0}
+EVERYWHERE = {"b0": 1, "b1": 1, "b2": 1}
 
 
 def per_backend(r: Running) -> dict[str, int]:
     [res] = retry(r.client, COUNT, timeout=30)
     return {b["backend"]: b["records"] for b in res.stats["backends"]}
+
+
+def prepared_left(r: Running) -> dict[str, int]:
+    """Prepared units and undo rows still kept in each backend's file."""
+    out = {}
+    for i in range(len(r.cluster.backends)):
+        db: Path = r.cluster.data_dir / f"b{i}" / "backend.db"
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            out[f"b{i}"] = sum(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                               for t in ("prepared", "undo"))
+    return out
+
+
+def hello(r: Running, i: int) -> pb.HelloReply:
+    with grpc.insecure_channel(r.cluster.backends[i].address or "") as ch:
+        return rpc.BackendStub(ch).Hello(pb.HelloRequest(), timeout=10)
 
 
 def with_fault_on_b1(cluster_factory, spec: str) -> Running:
@@ -32,55 +59,120 @@ def with_fault_on_b1(cluster_factory, spec: str) -> Running:
     return r
 
 
-def test_a_backend_crashing_before_its_vote_leaves_the_unit_nowhere(cluster_factory) -> None:
-    r = with_fault_on_b1(cluster_factory, "backend.before_vote=crash")
+def crash_b1_and_restart(r: Running) -> None:
+    r.cluster.backends[1].popen.wait(30)         # it crashed at the point
+    r.cluster.restart_backend(1)
+
+
+@pytest.mark.parametrize("point", ["backend.before_prepare", "backend.before_vote"])
+def test_a_backend_crashing_before_its_vote_leaves_the_unit_nowhere(cluster_factory,
+                                                                     point: str) -> None:
+    """Before its writes are durable, or prepared but before it voted: either way PP
+    aborts, and the restarted backend undoes what it had prepared."""
+    r = with_fault_on_b1(cluster_factory, f"{point}=crash")
     with pytest.raises(ClientError) as err:
         r.client.execute(UNIT)
     assert "b1" in str(err.value)
-    r.cluster.backends[1].popen.wait(30)         # it crashed at the point
-    r.cluster.restart_backend(1)
-    assert per_backend(r) == {"b0": 0, "b1": 0, "b2": 0}
+    crash_b1_and_restart(r)
+    assert per_backend(r) == NOWHERE
+    assert prepared_left(r) == NOWHERE
     # The same unit goes through now, placed as if the failed one had never been.
     r.client.execute(UNIT)
-    assert per_backend(r) == {"b0": 1, "b1": 1, "b2": 1}
+    assert per_backend(r) == EVERYWHERE
 
 
-def test_a_backend_failing_before_its_vote_aborts_the_unit_everywhere(cluster_factory
-                                                                      ) -> None:
-    r = with_fault_on_b1(cluster_factory, "backend.before_vote=error")
+@pytest.mark.parametrize("point", ["backend.before_prepare", "backend.before_vote"])
+def test_a_backend_failing_before_its_vote_aborts_the_unit_everywhere(cluster_factory,
+                                                                      point: str) -> None:
+    r = with_fault_on_b1(cluster_factory, f"{point}=error")
     with pytest.raises(ClientError) as err:
         r.client.execute(UNIT)
-    assert "fault injected at backend.before_vote" in str(err.value)
-    assert per_backend(r) == {"b0": 0, "b1": 0, "b2": 0}
+    assert f"fault injected at {point}" in str(err.value)
+    assert per_backend(r) == NOWHERE
+    assert prepared_left(r) == NOWHERE
 
 
-@pytest.mark.xfail(strict=True, reason="the prepared state is not durable (README, Durability "
-                   "and failures: the known limit): b0 and b2 commit, b1 loses its part")
-def test_a_backend_crashing_between_the_commit_decision_and_its_commit_loses_nothing(
-        cluster_factory) -> None:
-    r = with_fault_on_b1(cluster_factory, "backend.before_commit=crash")
-    with pytest.raises(ClientError):
+def test_a_backend_crashing_after_its_vote_ends_all_or_nothing(cluster_factory) -> None:
+    """Its vote may or may not have reached PP before its bus broke: the answer says
+    which, and the unit is everywhere or nowhere accordingly."""
+    r = with_fault_on_b1(cluster_factory, "backend.after_vote=crash")
+    try:
         r.client.execute(UNIT)
-    r.cluster.backends[1].popen.wait(30)
-    r.cluster.restart_backend(1)
-    assert per_backend(r) == {"b0": 1, "b1": 1, "b2": 1}
+        acked = True
+    except ClientError:
+        acked = False
+    crash_b1_and_restart(r)
+    assert per_backend(r) == (EVERYWHERE if acked else NOWHERE)
+    assert prepared_left(r) == NOWHERE
 
 
-def test_a_backend_crashing_after_it_committed_leaves_the_unit_everywhere(cluster_factory
+@pytest.mark.parametrize("point", ["backend.before_commit", "backend.after_commit"])
+def test_a_backend_crashing_after_the_decision_commits_on_its_return(cluster_factory,
+                                                                      point: str) -> None:
+    """The decision was on disk before any Commit went out: the client is told the unit
+    committed, and the crashed backend commits its part when it comes back."""
+    r = with_fault_on_b1(cluster_factory, f"{point}=crash")
+    r.client.execute(UNIT)
+    crash_b1_and_restart(r)
+    assert per_backend(r) == EVERYWHERE
+    assert prepared_left(r) == NOWHERE
+
+
+def controller_crash(cluster_factory, point: str) -> Running:
+    """The controller restarted with a fault at `point`; the unit sent; the controller
+    crashed there and is started again."""
+    r = cluster_factory(3)
+    r.client.define(CENSUS_YAML)
+    r.cluster.controller.kill()
+    r.cluster.restart_controller(env={"MBDS_FAULTS": f"{point}=crash"})
+    with pytest.raises(ClientError) as err:     # the answer never comes: outcome unknown
+        r.client.execute(UNIT)
+    assert err.value.code == "UNAVAILABLE"
+    assert r.cluster.controller.popen.wait(30) == 137
+    return r
+
+
+def test_a_controller_crashing_before_its_decision_leaves_the_unit_nowhere(cluster_factory
+                                                                           ) -> None:
+    r = controller_crash(cluster_factory, "controller.before_decision")
+    # Every backend prepared the unit and waits, in doubt, with the unit's locks held.
+    assert all(len(hello(r, i).in_doubt) == 1 for i in range(3))
+    r.cluster.restart_controller()
+    assert per_backend(r) == NOWHERE             # presumed abort
+    assert prepared_left(r) == NOWHERE
+
+
+@pytest.mark.parametrize("point", ["controller.after_decision", "controller.mid_commit"])
+def test_a_controller_crashing_after_its_decision_commits_the_unit_on_its_return(
+        cluster_factory, point: str) -> None:
+    r = controller_crash(cluster_factory, point)
+    r.cluster.restart_controller()
+    assert per_backend(r) == EVERYWHERE          # the decision log had it
+    assert prepared_left(r) == NOWHERE
+
+
+def test_a_restarted_backend_serves_nothing_before_its_units_are_resolved(cluster_factory
                                                                           ) -> None:
-    """Every backend was told to commit: the unit is on all of them, though b1's crash
-    kept its `committed` from PP, so the client was not told it succeeded."""
-    r = with_fault_on_b1(cluster_factory, "backend.after_commit=crash")
-    with pytest.raises(ClientError):
-        r.client.execute(UNIT)
-    r.cluster.backends[1].popen.wait(30)
+    """Controller and a backend both down after the decision: the backend comes back
+    alone, lists its in-doubt unit and refuses a bus; the controller resolves it."""
+    r = controller_crash(cluster_factory, "controller.after_decision")
+    r.cluster.backends[1].kill()
     r.cluster.restart_backend(1)
-    assert per_backend(r) == {"b0": 1, "b1": 1, "b2": 1}
+    [unit] = hello(r, 1).in_doubt
+    with grpc.insecure_channel(r.cluster.backends[1].address or "") as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            next(iter(rpc.BackendStub(ch).Bus(iter([pb.BusBatch()]), timeout=10)))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "prepared units to resolve first" in (err.value.details() or "")
+    r.cluster.restart_controller()
+    assert per_backend(r) == EVERYWHERE
+    assert not hello(r, 1).in_doubt
+    assert prepared_left(r) == NOWHERE
 
 
 def test_a_fault_spec_names_what_is_wrong() -> None:
-    assert faults.parse("backend.after_vote=crash, backend.before_vote=error") == {
-        "backend.after_vote": "crash", "backend.before_vote": "error"}
+    assert faults.parse("backend.after_vote=crash, controller.mid_commit=error") == {
+        "backend.after_vote": "crash", "controller.mid_commit": "error"}
     with pytest.raises(ValueError, match="'backend.nowhere=crash'"):
         faults.parse("backend.nowhere=crash")
     with pytest.raises(ValueError, match="'backend.after_vote=explode'"):

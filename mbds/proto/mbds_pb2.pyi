@@ -362,20 +362,22 @@ class BusHello(_message.Message):
     def __init__(self, epoch: _Optional[str] = ..., backend_index: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ..., internal_timing: _Optional[bool] = ..., iig_address: _Optional[str] = ..., credit_window: _Optional[int] = ...) -> None: ...
 
 class TrafficUnit(_message.Message):
-    __slots__ = ("seq", "requests", "directory", "transaction", "predicate_count", "split_search")
+    __slots__ = ("seq", "requests", "directory", "transaction", "predicate_count", "split_search", "one_phase")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     PREDICATE_COUNT_FIELD_NUMBER: _ClassVar[int]
     SPLIT_SEARCH_FIELD_NUMBER: _ClassVar[int]
+    ONE_PHASE_FIELD_NUMBER: _ClassVar[int]
     seq: int
     requests: _containers.RepeatedCompositeFieldContainer[Request]
     directory: DirectoryUpdate
     transaction: bool
     predicate_count: int
     split_search: bool
-    def __init__(self, seq: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., transaction: _Optional[bool] = ..., predicate_count: _Optional[int] = ..., split_search: _Optional[bool] = ...) -> None: ...
+    one_phase: bool
+    def __init__(self, seq: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[Request, _Mapping]]] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., transaction: _Optional[bool] = ..., predicate_count: _Optional[int] = ..., split_search: _Optional[bool] = ..., one_phase: _Optional[bool] = ...) -> None: ...
 
 class Abort(_message.Message):
     __slots__ = ("seq", "reason")
@@ -442,7 +444,7 @@ class PartialGroup(_message.Message):
     def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., sums: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., counts: _Optional[_Iterable[int]] = ..., mins: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., maxs: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., records: _Optional[int] = ...) -> None: ...
 
 class BackendReply(_message.Message):
-    __slots__ = ("seq", "request_index", "rows", "group", "done", "error", "committed", "prepared")
+    __slots__ = ("seq", "request_index", "rows", "group", "done", "error", "committed", "prepared", "forgotten")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REQUEST_INDEX_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -451,6 +453,7 @@ class BackendReply(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     PREPARED_FIELD_NUMBER: _ClassVar[int]
+    FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
     seq: int
     request_index: int
     rows: RowBatch
@@ -459,21 +462,46 @@ class BackendReply(_message.Message):
     error: str
     committed: bool
     prepared: bool
-    def __init__(self, seq: _Optional[int] = ..., request_index: _Optional[int] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., group: _Optional[_Union[PartialGroup, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., error: _Optional[str] = ..., committed: _Optional[bool] = ..., prepared: _Optional[bool] = ...) -> None: ...
+    forgotten: bool
+    def __init__(self, seq: _Optional[int] = ..., request_index: _Optional[int] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., group: _Optional[_Union[PartialGroup, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., error: _Optional[str] = ..., committed: _Optional[bool] = ..., prepared: _Optional[bool] = ..., forgotten: _Optional[bool] = ...) -> None: ...
 
 class HelloRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("name", "directory_digest", "metrics_port")
+    __slots__ = ("name", "directory_digest", "metrics_port", "in_doubt")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
+    IN_DOUBT_FIELD_NUMBER: _ClassVar[int]
     name: str
     directory_digest: str
     metrics_port: int
-    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ...) -> None: ...
+    in_doubt: _containers.RepeatedCompositeFieldContainer[UnitId]
+    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ..., in_doubt: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ...) -> None: ...
+
+class UnitId(_message.Message):
+    __slots__ = ("epoch", "seq")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    epoch: str
+    seq: int
+    def __init__(self, epoch: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class Outcome(_message.Message):
+    __slots__ = ("unit", "commit")
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    unit: UnitId
+    commit: bool
+    def __init__(self, unit: _Optional[_Union[UnitId, _Mapping]] = ..., commit: _Optional[bool] = ...) -> None: ...
+
+class Outcomes(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[Outcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[Outcome, _Mapping]]] = ...) -> None: ...
 
 class DirectoryRequest(_message.Message):
     __slots__ = ()

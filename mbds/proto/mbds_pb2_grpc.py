@@ -295,6 +295,11 @@ class BackendStub:
                 request_serializer=mbds_dot_proto_dot_mbds__pb2.DirectoryUpdate.SerializeToString,
                 response_deserializer=mbds_dot_proto_dot_mbds__pb2.HelloReply.FromString,
                 _registered_method=True)
+        self.Resolve = channel.unary_unary(
+                '/mbds.Backend/Resolve',
+                request_serializer=mbds_dot_proto_dot_mbds__pb2.Outcomes.SerializeToString,
+                response_deserializer=mbds_dot_proto_dot_mbds__pb2.HelloReply.FromString,
+                _registered_method=True)
         self.Bus = channel.stream_stream(
                 '/mbds.Backend/Bus',
                 request_serializer=mbds_dot_proto_dot_mbds__pb2.BusBatch.SerializeToString,
@@ -323,6 +328,13 @@ class BackendServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Resolve(self, request, context):
+        """Commit or roll back in-doubt units; answers with those still in doubt.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Bus(self, request_iterator, context):
         """The bus: traffic units down in the controller's total order, results up.
         """
@@ -346,6 +358,11 @@ def add_BackendServicer_to_server(servicer, server):
             'ApplyDirectory': grpc.unary_unary_rpc_method_handler(
                     servicer.ApplyDirectory,
                     request_deserializer=mbds_dot_proto_dot_mbds__pb2.DirectoryUpdate.FromString,
+                    response_serializer=mbds_dot_proto_dot_mbds__pb2.HelloReply.SerializeToString,
+            ),
+            'Resolve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resolve,
+                    request_deserializer=mbds_dot_proto_dot_mbds__pb2.Outcomes.FromString,
                     response_serializer=mbds_dot_proto_dot_mbds__pb2.HelloReply.SerializeToString,
             ),
             'Bus': grpc.stream_stream_rpc_method_handler(
@@ -434,6 +451,33 @@ class Backend:
             target,
             '/mbds.Backend/ApplyDirectory',
             mbds_dot_proto_dot_mbds__pb2.DirectoryUpdate.SerializeToString,
+            mbds_dot_proto_dot_mbds__pb2.HelloReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resolve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mbds.Backend/Resolve',
+            mbds_dot_proto_dot_mbds__pb2.Outcomes.SerializeToString,
             mbds_dot_proto_dot_mbds__pb2.HelloReply.FromString,
             options,
             channel_credentials,

@@ -1,0 +1,97 @@
+"""A prepared traffic unit's durable state: its marker and its undo log.
+
+A two-phase unit's writes are committed to SQLite when it is prepared, together with
+a marker (`prepared`) and, in the same transaction, what undoes each write (`undo`):
+the rowid range of each INSERT and the whole old row of each record an UPDATE or
+DELETE touches. After a crash the backend can therefore still do either: commit is
+forgetting the marker and its undo rows, roll back is applying the undo rows in
+reverse order. CC keeps other units off the unit's clusters until the decision.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from backend.store import col, table
+from mbds.schema import FileSchema
+
+SCHEMA = """
+    CREATE TABLE IF NOT EXISTS prepared (
+        id INTEGER PRIMARY KEY, epoch TEXT NOT NULL, seq INTEGER NOT NULL,
+        UNIQUE (epoch, seq));
+    CREATE TABLE IF NOT EXISTS undo (
+        id INTEGER PRIMARY KEY, unit INTEGER NOT NULL, file TEXT NOT NULL,
+        lo INTEGER, hi INTEGER, image TEXT);
+    CREATE INDEX IF NOT EXISTS undo_unit ON undo (unit, id);
+"""
+
+Key = tuple[str, int]      # (epoch, seq): a traffic unit of one controller's bus
+
+
+def _columns(schema: FileSchema) -> list[str]:
+    return ["cluster_id", *(col(a.name) for a in schema.attributes), "_body"]
+
+
+class UndoLog:
+    """What undoes one unit's writes, recorded inside the transaction that makes them."""
+
+    def __init__(self, conn: sqlite3.Connection, key: Key) -> None:
+        self.conn = conn
+        cur = conn.execute("INSERT INTO prepared (epoch, seq) VALUES (?, ?)", key)
+        assert cur.lastrowid is not None
+        self.unit: int = cur.lastrowid
+        self.wrote = False
+
+    def rows(self, schema: FileSchema, where: str, params: list[object]) -> None:
+        """Before an UPDATE or DELETE: the old rows it will touch, whole."""
+        cols = ", ".join(_columns(schema))
+        n = self.conn.execute(
+            f"INSERT INTO undo (unit, file, lo, image) SELECT ?, ?, rid, json_array({cols}) "
+            f"FROM {table(schema.name)} WHERE {where}", [self.unit, schema.name, *params]
+        ).rowcount
+        self.wrote = self.wrote or n > 0
+
+    def last_rid(self, schema: FileSchema) -> int:
+        """Before an INSERT: rows it adds get rowids above this (SQLite's max + 1)."""
+        row = self.conn.execute(f"SELECT max(rid) FROM {table(schema.name)}").fetchone()
+        return int(row[0] or 0)
+
+    def inserted(self, schema: FileSchema, before: int) -> None:
+        """After an INSERT: its rows are exactly the rowids above `before`."""
+        hi = self.last_rid(schema)
+        if hi > before:
+            self.conn.execute("INSERT INTO undo (unit, file, lo, hi) VALUES (?, ?, ?, ?)",
+                              (self.unit, schema.name, before + 1, hi))
+            self.wrote = True
+
+    def drop(self) -> None:
+        """The unit wrote nothing here: no prepared state to keep."""
+        forget(self.conn, self.unit)
+
+
+def forget(conn: sqlite3.Connection, unit: int) -> None:
+    """Commit of a prepared unit: its writes stay, its undo rows and marker go."""
+    conn.execute("DELETE FROM undo WHERE unit = ?", (unit,))
+    conn.execute("DELETE FROM prepared WHERE id = ?", (unit,))
+
+
+def roll_back(conn: sqlite3.Connection, unit: int, files: dict[str, FileSchema]) -> None:
+    """Roll back a prepared unit: each write undone, newest first, then forgotten."""
+    undo = conn.execute("SELECT file, lo, hi, image FROM undo WHERE unit = ? ORDER BY id DESC",
+                        (unit,)).fetchall()
+    for file, lo, hi, image in undo:
+        schema = files[file]
+        if image is None:      # the rows an INSERT added
+            conn.execute(f"DELETE FROM {table(file)} WHERE rid BETWEEN ? AND ?", (lo, hi))
+        else:                  # a row as it was before an UPDATE or DELETE (lo: its rowid)
+            cols = _columns(schema)
+            conn.execute(f"INSERT OR REPLACE INTO {table(file)} (rid, {', '.join(cols)}) "
+                         f"VALUES (?{', ?' * len(cols)})", (lo, *json.loads(image)))
+    forget(conn, unit)
+
+
+def in_doubt(conn: sqlite3.Connection) -> dict[Key, int]:
+    """Every unit prepared here and not yet decided: (epoch, seq) → its marker."""
+    return {(epoch, seq): unit for unit, epoch, seq in
+            conn.execute("SELECT id, epoch, seq FROM prepared ORDER BY id")}

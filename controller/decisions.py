@@ -1,0 +1,148 @@
+"""The controller's commit decisions: durable before any backend is told to commit.
+
+A writing traffic unit that more than one backend may write is two-phase: every
+backend that wrote prepares durably and votes; PP's decision to commit is written
+here (a small SQLite log in the controller's data directory) before a single Commit
+goes down the bus, and the client is acknowledged once it is written. A backend
+that comes back with a prepared unit asks (Hello lists it, the coordinator answers
+with Resolve): a unit logged here commits, any other aborts (presumed abort), and
+an undecided unit still in flight is aborted on the spot so PP cannot commit it
+later. A decision is dropped once every backend it names has forgotten the unit.
+
+Decisions that come while the log is being written wait and go together in the
+next transaction (group commit); `synchronous` is SQLite's, as on the backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from mbds import metrics
+
+log = logging.getLogger("mbds.controller")
+
+Key = tuple[str, int]       # (epoch, seq)
+
+
+class PresumedAborted(Exception):
+    """The unit was declared aborted (a backend asked about it) before PP decided."""
+
+
+class Decisions:
+    def __init__(self, path: Path | None, synchronous: str = "NORMAL") -> None:
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(str(path) if path is not None else ":memory:",
+                                    isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={synchronous}")
+        self.conn.execute("CREATE TABLE IF NOT EXISTS decisions (epoch TEXT NOT NULL, "
+                          "seq INTEGER NOT NULL, waiting TEXT NOT NULL, "
+                          "PRIMARY KEY (epoch, seq))")
+        # Committed units, with the backends that have not yet forgotten them.
+        self.logged: dict[Key, set[str]] = {
+            (e, s): set(json.loads(w)) for e, s, w in
+            self.conn.execute("SELECT epoch, seq, waiting FROM decisions")}
+        self.deciding: dict[Key, asyncio.Future[None]] = {}
+        self.aborted: set[Key] = set()
+        self._adds: list[tuple[Key, list[str], asyncio.Future[None]]] = []
+        self._drops: set[Key] = set()
+        self._wake = asyncio.Event()
+        self._io = ThreadPoolExecutor(1, thread_name_prefix="decision-log")
+        self._task = asyncio.create_task(self._flush_loop())
+        self.flushes = 0
+
+    async def commit(self, key: Key, participants: list[str]) -> None:
+        """Decide commit: returns once the decision is on disk."""
+        if key in self.aborted:
+            raise PresumedAborted(f"traffic unit {key[1]} was aborted while a backend "
+                                  "was in doubt about it")
+        fut = asyncio.get_running_loop().create_future()
+        self.deciding[key] = fut
+        self._adds.append((key, participants, fut))
+        self._wake.set()
+        try:
+            await fut
+            self.logged[key] = set(participants)
+        finally:
+            del self.deciding[key]
+
+    async def outcome(self, key: Key) -> bool:
+        """A backend's in-doubt unit: commit (True) only if decided so."""
+        if key in self.deciding:
+            with_error = self.deciding[key]
+            await asyncio.wait([with_error])
+        if key in self.logged:
+            return True
+        self.aborted.add(key)      # PP, if it still runs, will find it aborted
+        return False
+
+    def finished(self, key: Key) -> None:
+        """PP is done with the unit: no decision on it will be taken any more."""
+        self.aborted.discard(key)
+
+    def forgotten(self, key: Key, backend: str) -> None:
+        """`backend` has carried out the commit and forgotten the unit."""
+        waiting = self.logged.get(key)
+        if waiting is None:
+            return
+        waiting.discard(backend)
+        if not waiting:
+            del self.logged[key]
+            self._drops.add(key)
+            self._wake.set()
+
+    def purge(self, epoch: str, in_doubt: set[Key]) -> None:
+        """After every backend has joined: decisions of earlier controllers that no
+        backend is in doubt about are carried out everywhere."""
+        for key in [k for k in self.logged if k[0] != epoch and k not in in_doubt]:
+            del self.logged[key]
+            self._drops.add(key)
+        self._wake.set()
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            adds, self._adds = self._adds, []
+            drops, self._drops = self._drops, set()
+            if not adds and not drops:
+                continue
+            try:
+                await loop.run_in_executor(self._io, self._write, adds, drops)
+                self.flushes += 1
+                metrics.COMMIT_GROUP.labels("").observe(len(adds) + len(drops))
+            except Exception as e:  # the decisions are not taken: their units abort
+                log.error("the decision log failed: %s", e)
+                for _, _, fut in adds:
+                    if not fut.done():
+                        fut.set_exception(e)
+                continue
+            for _, _, fut in adds:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def _write(self, adds: list[tuple[Key, list[str], asyncio.Future[None]]],
+               drops: set[Key]) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("INSERT OR REPLACE INTO decisions VALUES (?, ?, ?)",
+                             [(k[0], k[1], json.dumps(sorted(p))) for k, p, _ in adds])
+            conn.executemany("DELETE FROM decisions WHERE epoch = ? AND seq = ?",
+                             list(drops))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def close(self) -> None:
+        self._task.cancel()
+        self._io.shutdown(wait=True)
+        self.conn.close()
