@@ -248,9 +248,9 @@ class BackendNode:
             st.decision.set_result(True)
 
     def in_doubt_units(self) -> list[undo.Key]:
-        """Every unit prepared here whose decision has not come."""
-        return [*self.in_doubt, *(k for k, st in self.prepared.items()
-                                  if st.decision is not None and not st.decision.done())]
+        """Every unit still prepared here: its decision has not come, or is not yet
+        carried out (the controller keeps a decision until no backend lists it)."""
+        return [*self.in_doubt, *self.prepared]
 
     async def resolve(self, outcomes: list[pb.Outcome]) -> None:
         """The controller's decisions on in-doubt units: each carried out, durably."""

@@ -50,7 +50,6 @@ class Coordinator:
         self.split_search_from = split_search_from
         self.metrics_url = metrics_url
         self.decisions = Decisions(log_path, synchronous)
-        self.reported: set[tuple[str, int]] = set()   # in-doubt units met while joining
         self.bus = Bus(addresses, internal_timing=internal_timing, iig_address=iig_address,
                        decisions=self.decisions)
         self.directory = Directory()
@@ -77,8 +76,6 @@ class Coordinator:
     async def start(self) -> None:
         """Meet every backend, reconcile directories, rebuild placement, open the buses."""
         await self._join(self.links)
-        self.decisions.purge(self.bus.epoch, self.reported)
-        self.reported = set()
 
     async def _join(self, links: list[BackendLink]) -> None:
         """Admit backends: read their directories and placement counts, order the set
@@ -128,10 +125,10 @@ class Coordinator:
     async def _hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
         """Hello, and the backend's in-doubt units resolved before it serves anything."""
         reply = await link.hello(timeout)
-        if not reply.in_doubt:
-            return reply
         units = [(u.epoch, u.seq) for u in reply.in_doubt]
-        self.reported.update(units)
+        self.decisions.settled(reply.name, set(units))
+        if not units:
+            return reply
         outcomes = [pb.Outcome(unit=pb.UnitId(epoch=e, seq=s),
                                commit=await self.decisions.outcome((e, s))) for e, s in units]
         try:

@@ -7,7 +7,8 @@ goes down the bus, and the client is acknowledged once it is written. A backend
 that comes back with a prepared unit asks (Hello lists it, the coordinator answers
 with Resolve): a unit logged here commits, any other aborts (presumed abort), and
 an undecided unit still in flight is aborted on the spot so PP cannot commit it
-later. A decision is dropped once every backend it names has forgotten the unit.
+later. A decision is dropped once every backend it names has forgotten the unit
+(said so on the bus, or no longer lists it at its Hello).
 
 Decisions that come while the log is being written wait and go together in the
 next transaction (group commit); `synchronous` is SQLite's, as on the backends.
@@ -93,17 +94,17 @@ class Decisions:
             return
         waiting.discard(backend)
         if not waiting:
+            # Dropped from the file with the next decisions written: a stale row costs
+            # nothing (backends that no longer list it clear it at their next Hello).
             del self.logged[key]
             self._drops.add(key)
-            self._wake.set()
 
-    def purge(self, epoch: str, in_doubt: set[Key]) -> None:
-        """After every backend has joined: decisions of earlier controllers that no
-        backend is in doubt about are carried out everywhere."""
-        for key in [k for k in self.logged if k[0] != epoch and k not in in_doubt]:
-            del self.logged[key]
-            self._drops.add(key)
-        self._wake.set()
+    def settled(self, backend: str, in_doubt: set[Key]) -> None:
+        """`backend` said (at its Hello) which units it still keeps prepared: it has
+        forgotten every other decision that names it."""
+        for key in [k for k, waiting in self.logged.items()
+                    if backend in waiting and k not in in_doubt]:
+            self.forgotten(key, backend)
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -112,7 +113,8 @@ class Decisions:
             self._wake.clear()
             adds, self._adds = self._adds, []
             drops, self._drops = self._drops, set()
-            if not adds and not drops:
+            if not adds:
+                self._drops |= drops
                 continue
             try:
                 await loop.run_in_executor(self._io, self._write, adds, drops)

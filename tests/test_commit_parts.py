@@ -1,0 +1,180 @@
+"""The commit protocol's parts on their own: a prepared unit's undo log puts back exactly
+what was there, the writer's group commit reports a job done only once it is on disk
+and rolls a failing job back alone, and the controller's decision log survives a
+restart and presumes abort for what it never decided."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from backend import undo
+from backend.store import Store
+from backend.writer import Writer
+from controller.decisions import Decisions, PresumedAborted
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
+
+YAML = """
+files:
+  T:
+    attributes: {K: integer, V: float, S: string}
+    directory:
+      K: {type: A, ranges: [[0, 99]]}
+"""
+
+
+def store_with_table(tmp_path: Path) -> tuple[Store, dict]:
+    store = Store(tmp_path / "backend.db")
+    [schema] = parse_definition(YAML)
+    conn = store.writer()
+    conn.executescript(undo.SCHEMA)
+    conn.execute("BEGIN")
+    store._create_file_table(conn, schema)
+    conn.execute("COMMIT")
+    return store, {"T": schema}
+
+
+def rows(conn: sqlite3.Connection) -> list[tuple]:
+    return conn.execute('SELECT rid, cluster_id, "K", "V", "S", _body FROM "r_T" '
+                        "ORDER BY rid").fetchall()
+
+
+def insert(conn: sqlite3.Connection, log: undo.UndoLog | None, *values: tuple) -> None:
+    schema = parse_definition(YAML)[0]
+    before = log.last_rid(schema) if log else 0
+    conn.executemany('INSERT INTO "r_T" (cluster_id, "K", "V", "S", _body) '
+                     "VALUES (?, ?, ?, ?, ?)", values)
+    if log:
+        log.inserted(schema, before)
+
+
+def test_a_rolled_back_unit_leaves_every_row_as_it_was(tmp_path: Path) -> None:
+    store, files = store_with_table(tmp_path)
+    conn = store.writer()
+    insert(conn, None, (1, 1, 1.5, "a", None), (1, 2, 2.0, "b", "body"), (2, 3, None, "c", None))
+    before = rows(conn)
+    conn.execute("BEGIN")
+    log = undo.UndoLog(conn, ("e", 7))
+    schema = files["T"]
+    # The row with the highest rowid is deleted, then an INSERT reuses its rowid.
+    log.rows(schema, '"K" = ?', [3])
+    conn.execute('DELETE FROM "r_T" WHERE "K" = 3')
+    insert(conn, log, (2, 4, 4.0, "d", None), (2, 5, 5.0, "e", None))
+    log.rows(schema, '"K" >= ?', [2])                      # an UPDATE of old and new rows
+    conn.execute('UPDATE "r_T" SET "V" = "V" * 10, "S" = \'x\' WHERE "K" >= 2')
+    log.rows(schema, '"K" = ?', [1])
+    conn.execute('DELETE FROM "r_T" WHERE "K" = 1')
+    conn.execute("COMMIT")
+    assert log.wrote and rows(conn) != before
+    assert undo.in_doubt(conn) == {("e", 7): log.unit}
+    conn.execute("BEGIN")
+    undo.roll_back(conn, log.unit, files)
+    conn.execute("COMMIT")
+    assert rows(conn) == before
+    assert undo.in_doubt(conn) == {}
+    assert conn.execute("SELECT COUNT(*) FROM undo").fetchone() == (0,)
+
+
+def test_a_committed_unit_keeps_its_writes_and_forgets_its_undo_rows(tmp_path: Path) -> None:
+    store, files = store_with_table(tmp_path)
+    conn = store.writer()
+    conn.execute("BEGIN")
+    log = undo.UndoLog(conn, ("e", 1))
+    insert(conn, log, (1, 1, 1.0, "a", None))
+    conn.execute("COMMIT")
+    after = rows(conn)
+    conn.execute("BEGIN")
+    undo.forget(conn, log.unit)
+    conn.execute("COMMIT")
+    assert rows(conn) == after and len(after) == 1
+    assert undo.in_doubt(conn) == {}
+    assert conn.execute("SELECT COUNT(*) FROM undo").fetchone() == (0,)
+
+
+def test_a_unit_that_changed_nothing_has_nothing_to_undo(tmp_path: Path) -> None:
+    store, files = store_with_table(tmp_path)
+    conn = store.writer()
+    conn.execute("BEGIN")
+    log = undo.UndoLog(conn, ("e", 1))
+    log.rows(files["T"], '"K" = ?', [42])
+    insert(conn, log)
+    assert not log.wrote
+    log.drop()
+    conn.execute("COMMIT")
+    assert undo.in_doubt(conn) == {}
+
+
+def test_the_writer_groups_jobs_and_rolls_a_failing_one_back_alone(tmp_path: Path) -> None:
+    store, _ = store_with_table(tmp_path)
+    writer = Writer(store)
+    gate, running = threading.Event(), threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> bool:
+        running.set()
+        return gate.wait(10)
+
+    first = writer.submit(hold)              # holds the writer: the rest queue meanwhile
+    assert running.wait(10)
+
+    def add(k: int):
+        return writer.submit(lambda conn: insert(conn, None, (1, k, None, None, None)))
+
+    def fail(conn: sqlite3.Connection) -> None:
+        insert(conn, None, (1, 99, None, None, None))
+        raise ValueError("refused")
+
+    jobs = [add(1), writer.submit(fail), add(2)]
+    groups = writer.groups
+    gate.set()
+    assert first.result(10) is True
+    assert jobs[0].result(10) is None and jobs[2].result(10) is None
+    with pytest.raises(ValueError, match="refused"):
+        jobs[1].result(10)
+    assert writer.groups == groups + 2          # the first job, then the three queued
+    ks = [r[2] for r in rows(Store(tmp_path / "backend.db").reader())]
+    assert ks == [1, 2]
+    writer.shutdown()
+
+
+def test_decisions_survive_a_restart_and_unknown_units_are_presumed_aborted(
+        tmp_path: Path) -> None:
+    path = tmp_path / "decisions.db"
+
+    async def first() -> None:
+        d = Decisions(path)
+        await d.commit(("e1", 1), ["b0", "b1"])
+        await d.commit(("e1", 2), ["b0"])
+        assert await d.outcome(("e1", 3)) is False       # never decided: aborted now...
+        with pytest.raises(PresumedAborted):
+            await d.commit(("e1", 3), ["b0"])            # ...so PP cannot commit it later
+        d.forgotten(("e1", 2), "b0")
+        await d.commit(("e1", 4), ["b1"])                # the drop of 2 goes along
+        await asyncio.sleep(0.05)
+        await d.close()
+
+    async def second() -> None:
+        d = Decisions(path)
+        assert set(d.logged) == {("e1", 1), ("e1", 4)}
+        assert await d.outcome(("e1", 1)) is True
+        assert await d.outcome(("e1", 2)) is False
+        d.settled("b1", {("e1", 1)})      # b1 still keeps 1 prepared, has forgotten 4
+        assert d.logged == {("e1", 1): {"b0", "b1"}}
+        d.settled("b0", set())
+        assert d.logged == {("e1", 1): {"b1"}}
+        await d.close()
+
+    asyncio.run(first())
+    asyncio.run(second())
+
+
+def test_protocol_messages_carry_the_unit(tmp_path: Path) -> None:
+    """In-doubt units travel as (epoch, seq) both ways."""
+    reply = pb.HelloReply(in_doubt=[pb.UnitId(epoch="e", seq=3)])
+    out = pb.Outcomes(outcomes=[pb.Outcome(unit=reply.in_doubt[0], commit=True)])
+    assert (out.outcomes[0].unit.epoch, out.outcomes[0].unit.seq, out.outcomes[0].commit) == (
+        "e", 3, True)
