@@ -84,8 +84,16 @@ class Execution:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def _emit(self, st: TuState, msg: pb.BackendReply) -> None:
-        """`_put` from the writer thread."""
-        asyncio.run_coroutine_threadsafe(self._put(st, msg), self.loop).result()
+        """`_put` from the writer thread. A row batch or group waits for its credit; any
+        other reply is only queued (it needs none, and the writer need not wait)."""
+        if msg.WhichOneof("body") in ("rows", "group"):
+            asyncio.run_coroutine_threadsafe(self._put(st, msg), self.loop).result()
+            return
+        if st.cancelled:
+            raise Cancelled(st.cancelled)
+        assert st.tu is not None and st.bus is not None
+        msg.seq = st.tu.seq
+        self.loop.call_soon_threadsafe(st.bus.send, msg)
 
     def _done(self, i: int, rp: RequestPlan, n: int, t0: float) -> pb.BackendReply:
         elapsed = (time.perf_counter() - t0) * 1000
