@@ -317,6 +317,19 @@ class BackendNode:
         if any(p.request.op in WRITES for p in plans):
             self.write_order.append(key)
         st.task = asyncio.create_task(self._execute(key, st, plans, lock))
+        st.task.add_done_callback(lambda task: self._never_ran(task, key, st, lock))
+
+    def _never_ran(self, task: asyncio.Task[None], key: tuple[str, int], st: TuState,
+                   lock: tuple[Hashable, int]) -> None:
+        """A unit cancelled before its task started: its body, `finally` and all, never
+        ran, so its locks, its place among the writers and its answer are seen to here."""
+        if not task.cancelled():
+            return
+        self._release(st, lock)
+        if key in self.write_order:
+            asyncio.create_task(self._next_writer(key))
+        self._send(st, pb.BackendReply(error=self._aborted(st)))
+        self._forget(st)
 
     async def _wait_for_ids(self, st: TuState, senders: set[int]) -> None:
         try:
@@ -379,25 +392,27 @@ class BackendNode:
             return
         st.decision = self.loop.create_future()
         self.prepared[key] = st
+        # Once the vote is sent only PP decides; a stop (cancellation) meanwhile leaves
+        # the unit prepared on disk, for the controller to resolve at the next start.
+        voted = False
         try:
-            if st.cancelled:               # aborted while it was being written
-                st.decision.set_result(False)
-            else:
+            if not st.cancelled:           # else: aborted while it was being written
                 faults.hit("backend.before_vote")
                 self._send(st, pb.BackendReply(prepared=True))
+                voted = True
                 faults.hit("backend.after_vote")
-            commit = await st.decision
-            if commit:
-                self._release(st, lock)         # the writes are final: readers may come
-                faults.hit("backend.before_commit")
-            await self._decide(unit, commit)
-        except BaseException:
-            if not st.decision.done():
-                st.decision.set_result(False)
-            await self._decide(unit, False)
-            raise
-        finally:
-            del self.prepared[key]
+        except Exception as e:
+            if not voted:
+                self._cancel(st, f"backend {self.name}: {e}")
+            log.warning("traffic unit %s: %s", key, e)
+        if st.cancelled and not st.decision.done():
+            st.decision.set_result(False)
+        commit = await st.decision
+        if commit:
+            self._release(st, lock)             # the writes are final: readers may come
+            faults.hit("backend.before_commit")
+        await self._decide(unit, commit)
+        del self.prepared[key]
         if commit:
             faults.hit("backend.after_commit")
             self._send(st, pb.BackendReply(forgotten=True))

@@ -224,7 +224,9 @@ def kv(batches: int, runs: int, durability: str, threads_list: str, range_size: 
         f"{batches} sets of {BATCH} sequential keys per operation and run "
         f"({batches * BATCH} ops), {runs} runs; 64-byte keys and values.",
         "full/normal/off = SQLite synchronous FULL/NORMAL/OFF (WAL); memory = in-memory store.",
-        "Each operation is one ABDL request (one traffic unit, one commit on every backend).",
+        "Each operation is one ABDL request, one traffic unit: an insert commits on the "
+        "backend that stores it (one phase); an update or delete is prepared where it "
+        "wrote and committed by the controller's logged decision (docs/commit.md).",
         "workers = threads actually used: a thread needs a set of keys to work on."])
     print_table(title, cols, table)
     click.echo(f"results in {folder}")

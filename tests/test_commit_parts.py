@@ -178,3 +178,41 @@ def test_protocol_messages_carry_the_unit(tmp_path: Path) -> None:
     out = pb.Outcomes(outcomes=[pb.Outcome(unit=reply.in_doubt[0], commit=True)])
     assert (out.outcomes[0].unit.epoch, out.outcomes[0].unit.seq, out.outcomes[0].commit) == (
         "e", 3, True)
+
+
+def test_a_unit_cancelled_before_its_task_ran_leaves_no_lock_behind(tmp_path: Path) -> None:
+    """The controller's bus closes in the same turn of the event loop as a writing unit's
+    lock set was queued: its task is cancelled before it ran a step, so its own `finally`
+    never runs; its locks, its place among the writers and its answer must still go, or
+    every later writer on this backend waits behind it for ever."""
+    from backend.links import IigClient, PeerLinks
+    from backend.node import BackendNode
+    from backend.state import BusOut
+    from tests.inproc import census, unit
+
+    async def scenario() -> None:
+        node = BackendNode("b0", Store(tmp_path / "backend.db"), peers=PeerLinks(),
+                           iig=IigClient("b0"))
+        node._stage2_task.cancel()           # stage 2 is driven by hand below
+        directory, _ = census()
+        await node.apply_directory(directory.to_update())
+        bus = BusOut()
+        node.on_hello(pb.BusHello(epoch="e", backend_index=0, peers=["127.0.0.1:1"]), bus)
+        tu = unit(directory, "DELETE ((FILE = Census) and (CITY = Monterey))")
+        tu.seq = 1
+        await node.on_traffic_unit(tu, bus)
+        key, st = node.stage2.get_nowait()
+        await node._stage2(key, st)
+        assert list(node.write_order) == [key] and node.cc.holders()
+        node.on_bus_closed(bus)              # before the unit's task has run at all
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert st.task is not None and st.task.cancelled()
+        assert node.cc.holders() == {} and not node.write_order and key not in node.tus
+        replies = []
+        while not bus.queue.empty():
+            replies.append(bus.queue.get_nowait())
+        assert [r.WhichOneof("body") for r in replies if r is not None] == ["error"]
+        node.writer.shutdown()
+
+    asyncio.run(scenario())

@@ -6,6 +6,7 @@ controller has resolved it."""
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -153,10 +154,12 @@ def test_a_controller_crashing_after_its_decision_commits_the_unit_on_its_return
 
 def test_a_restarted_backend_serves_nothing_before_its_units_are_resolved(cluster_factory
                                                                           ) -> None:
-    """Controller and a backend both down after the decision: the backend comes back
-    alone, lists its in-doubt unit and refuses a bus; the controller resolves it."""
+    """Controller and a backend both down after the decision: the backend, stopped while
+    in doubt, exits at once and decides nothing on its own; it comes back alone, lists
+    its in-doubt unit and refuses a bus; the controller resolves it."""
     r = controller_crash(cluster_factory, "controller.after_decision")
-    r.cluster.backends[1].kill()
+    r.cluster.backends[1].signal(signal.SIGTERM)
+    assert r.cluster.backends[1].popen.wait(30) == 0      # stopped, not killed at the end
     r.cluster.restart_backend(1)
     [unit] = hello(r, 1).in_doubt
     with grpc.insecure_channel(r.cluster.backends[1].address or "") as ch:
