@@ -15,7 +15,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from backend import dm, recp
+from backend import check, dm, recp
 from backend.links import IigClient
 from backend.plan import WRITES, RequestPlan
 from backend.state import Cancelled, Timer, TuState
@@ -210,5 +210,6 @@ class Execution:
     async def _place(self, file: str, values: list[Value]) -> pb.PlaceReply:
         with self._h("dm.place_moved_record"):
             reply = await self.iig.place(file, values)
+        check.directory_update(self.directory, reply.directory)
         self.directory.apply(reply.directory)
         return reply

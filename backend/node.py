@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
-from backend import dm, undo
+from backend import check, dm, undo
 from backend.cc import LockTable, S, X
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
@@ -134,6 +134,7 @@ class BackendNode:
         controller when it rejoins. Returns the storing job, if any, for a traffic unit
         that must not finish before it (see `TuState.stored`).
         """
+        check.directory_update(self.directory, update)
         new = self.directory.apply(update)
         if new.files or new.descriptors or new.clusters:
             fut = self.writer.submit(lambda conn: self.store.persist_rows(conn, new))
@@ -157,8 +158,14 @@ class BackendNode:
         st.tu, st.bus, st.credits = tu, bus, bus.window
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
-            if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
-                await self._apply_with_locks(tu.directory)
+            try:
+                check.directory_update(self.directory, tu.directory)
+                if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
+                    await self._apply_with_locks(tu.directory)
+                check.traffic_unit(self.directory, tu)
+            except check.BadMessage as e:
+                await self._finish(st, error=f"backend {self.name}: refused: {e}")
+                return
             # Reads wait for every directory update stored so far, the unit's own or one
             # that came out of band (a joining backend's tables, say): writer jobs run in
             # order, so the latest one's end covers them all.

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from backend.check import BadMessage
 from backend.links import IigClient, PeerLinks
 from backend.node import BackendNode
 from backend.state import BusOut
@@ -50,7 +51,11 @@ class BackendServicer(rpc.BackendServicer):
 
     async def ApplyDirectory(self, request: pb.DirectoryUpdate,
                              context: grpc.aio.ServicerContext) -> pb.HelloReply:
-        await self.node.apply_directory(request)
+        try:
+            await self.node.apply_directory(request)
+        except BadMessage as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"backend {self.node.name}: {e}")
         return await self.Hello(pb.HelloRequest(), context)
 
     async def Bus(self, request_iterator: AsyncIterator[pb.BusBatch],
@@ -88,21 +93,32 @@ class BackendServicer(rpc.BackendServicer):
         try:
             async for batch in request_iterator:
                 for msg in batch.messages:
-                    kind = msg.WhichOneof("body")
-                    if kind == "traffic_unit":
-                        await node.on_traffic_unit(msg.traffic_unit, bus)
-                    elif kind == "credit":
-                        node.on_credit(msg.credit.seq, msg.credit.batches)
-                    elif kind == "commit":
-                        node.on_commit(msg.commit.seq)
-                    elif kind == "abort":
-                        node.on_abort(msg.abort.seq, msg.abort.reason)
-                    elif kind == "hello":
-                        node.on_hello(msg.hello, bus)
+                    try:
+                        await self._handle(msg, bus)
+                    except Exception as e:  # one bad message fails alone, not the bus
+                        log.warning("a bus message failed: %s", e)
+                        if msg.HasField("traffic_unit"):
+                            bus.send(pb.BackendReply(seq=msg.traffic_unit.seq, error=(
+                                f"backend {node.name}: {type(e).__name__}: {e}")[:1000]))
         except Exception as e:  # a broken bus ends the call
             log.info("bus from the controller ended: %s", e)
         finally:
             bus.queue.put_nowait(None)
+
+
+    async def _handle(self, msg: pb.BusMessage, bus: BusOut) -> None:
+        node = self.node
+        kind = msg.WhichOneof("body")
+        if kind == "traffic_unit":
+            await node.on_traffic_unit(msg.traffic_unit, bus)
+        elif kind == "credit":
+            node.on_credit(msg.credit.seq, msg.credit.batches)
+        elif kind == "commit":
+            node.on_commit(msg.commit.seq)
+        elif kind == "abort":
+            node.on_abort(msg.abort.seq, msg.abort.reason)
+        elif kind == "hello":
+            node.on_hello(msg.hello, bus)
 
 
 class PeerServicer(rpc.PeerServicer):

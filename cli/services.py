@@ -58,7 +58,10 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
 @click.option("--backends", "backend_list", default="", help="Comma-separated HOST:PORT list.")
 @click.option("--discover", help="HOST:PORT whose DNS name answers with every backend replica.")
 @click.option("--expect", type=int, default=0, help="With --discover: backends to wait for.")
-@click.option("--advertise", default="", help="Address backends use to reach this controller.")
+@click.option("--internal-listen", default="127.0.0.1:0", show_default=True,
+              help="Where the backends reach IIG (never served on --listen).")
+@click.option("--advertise", default="",
+              help="HOST:PORT the backends use for --internal-listen (default: its address).")
 @click.option("--internal-timing", type=click.Choice(["on", "off"]), default="on",
               envvar="MBDS_INTERNAL_TIMING", show_default=True)
 @click.option("--timeout", type=float, default=60.0, show_default=True,
@@ -72,7 +75,8 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
               type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
               help="SQLite synchronous mode of the decision log.")
 def controller(listen: str, backend_list: str, discover: str | None, expect: int,
-               advertise: str, internal_timing: str, timeout: float, split_search_from: int,
+               internal_listen: str, advertise: str, internal_timing: str, timeout: float,
+               split_search_from: int,
                metrics_port: int | None, data_dir: Path, synchronous: str) -> None:
     """Run the controller (REQP, IIG, PP)."""
     from controller.discovery import discover_backends
@@ -89,7 +93,8 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
                       discover=discover or "",
                       internal_timing=internal_timing == "on", timeout=timeout,
                       split_search_from=split_search_from, metrics_port=served,
-                      data_dir=data_dir, synchronous=synchronous))
+                      data_dir=data_dir, synchronous=synchronous,
+                      internal_listen=internal_listen))
 
 
 @click.command()

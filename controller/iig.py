@@ -173,8 +173,18 @@ class Iig:
                     ) -> tuple[int, pb.DirectoryUpdate]:
         """The cluster of a record an UPDATE moved, and what was allocated for it (which
         every backend must learn before the mover writes into it)."""
-        if file not in self.directory.files:
-            raise DefinitionError(f"unknown file {file}")
+        schema = self.directory.files.get(file)
+        if schema is None:
+            raise DefinitionError(f"unknown file {file[:64]!r}")
+        names = schema.directory_attributes
+        if len(directory_values) != len(names) or directory_values[0] != file:
+            raise DefinitionError(f"a record of {file} has {len(names)} directory values, "
+                                  f"{', '.join(names)}, the first the file's name")
+        for name, value in zip(names[1:], directory_values[1:], strict=True):
+            a = schema.by_name[name]
+            if value is not None and not a.accepts(value):
+                raise DefinitionError(f"{file}.{name} is {a.type}, got "
+                                      f"{type(value).__name__}")
         update = pb.DirectoryUpdate()
         return self.cluster_of(file, directory_values, update), update
 

@@ -96,12 +96,22 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                 split_search_from: int = 1,
                 connect_timeout: float = 30.0, grace: float = 5.0, metrics_port: int = 0,
                 data_dir: Path | None = None, synchronous: str = "NORMAL",
+                internal_listen: str = "127.0.0.1:0",
                 ready: asyncio.Event | None = None) -> None:
-    """Run the controller until SIGTERM/SIGINT."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
+    """Run the controller until SIGTERM/SIGINT.
+
+    Clients reach the Controller service on `listen`; the backends reach IIG on
+    `internal_listen`, a server of its own, so no client can call what only
+    backends may (placing a moved record allocates directory entries everywhere)."""
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE)]
+    server = grpc.aio.server(options=options)
     port = server.add_insecure_port(listen)
     host = listen.rsplit(":", 1)[0]
-    iig_address = advertise or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{port}"
+    internal = grpc.aio.server(options=options)
+    internal_port = internal.add_insecure_port(internal_listen)
+    ihost = internal_listen.rsplit(":", 1)[0]
+    iig_address = advertise or (f"{'127.0.0.1' if ihost in ('0.0.0.0', '[::]') else ihost}"
+                                f":{internal_port}")
     coordinator = Coordinator(backends, iig_address=iig_address,
                               internal_timing=internal_timing, timeout=timeout,
                               split_search_from=split_search_from,
@@ -111,19 +121,22 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                                           "/metrics" if metrics_port else "")
     controller = ControllerServicer(coordinator)
     rpc.add_ControllerServicer_to_server(controller, server)
-    rpc.add_IigServicer_to_server(IigServicer(coordinator), server)
+    rpc.add_IigServicer_to_server(IigServicer(coordinator), internal)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await internal.start()
     await server.start()
     await coordinator.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     watcher = asyncio.create_task(rediscover(coordinator, discover)) if discover else None
     print(f"controller listening on {host}:{port} with {len(backends)} backends", flush=True)
+    print(f"controller internal (IIG) on {ihost}:{internal_port}", flush=True)
     await until_stopped(ready)
     if watcher is not None:
         watcher.cancel()
     await health_servicer.enter_graceful_shutdown()
     controller.sessions.close()     # idle sessions need no grace
     await server.stop(grace)
+    await internal.stop(grace)
     await coordinator.close()

@@ -1,0 +1,147 @@
+"""What a backend checks in every message it is sent, whoever sent it.
+
+The controller checks requests before it sends them; a backend does not rely on
+that. Every name in a traffic unit or a directory update must be one this backend's
+directory knows (or, for a new file, a valid identifier), and every value must fit
+its attribute's type, before any of it reaches DM's comparisons or RECP's SQL. A
+message that fails fails its own unit (or call), never the bus.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mbds.directory import Directory
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import IDENT, TYPES, Attribute, FileSchema
+from mbds.values import Value, from_pb
+
+AGGREGATES = ("", "AVG", "COUNT", "SUM", "MIN", "MAX")
+ARITH = ("", "+", "-", "*", "/")
+KINDS = ("A", "B", "C", "N")
+
+
+class BadMessage(ValueError):
+    """A message names something this backend does not have, or a value of a wrong type."""
+
+
+def _short(name: str) -> str:
+    return repr(name if len(name) <= 64 else name[:64] + "…")
+
+
+def _file(directory: Directory, name: str) -> FileSchema:
+    schema = directory.files.get(name)
+    if schema is None:
+        raise BadMessage(f"unknown file {_short(name)}")
+    return schema
+
+
+def _attr(schema: FileSchema, name: str) -> Attribute:
+    a = schema.by_name.get(name)
+    if a is None:
+        raise BadMessage(f"file {schema.name} has no attribute {_short(name)}")
+    return a
+
+
+def _fits(a: Attribute, value: Value, what: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadMessage(f"{what}: {value!r} is not a finite number")
+    if not a.accepts(value):
+        raise BadMessage(f"{what}: {a.name} is {a.type}, got {type(value).__name__}")
+
+
+def _comparable(a: Attribute, value: Value, what: str) -> None:
+    """A predicate's value: a number for a number attribute, a string for a string one."""
+    if isinstance(value, str) != (a.type == "string"):
+        raise BadMessage(f"{what}: {a.name} is {a.type}, got {type(value).__name__}")
+    _fits(Attribute(a.name, "float" if a.type != "string" else "string"), value, what)
+
+
+def _retrieval(directory: Directory, r: pb.Retrieval, files: set[str]) -> None:
+    for conj in r.query.conjunctions:
+        schemas = [_file(directory, f) for f in conj.files]
+        files.update(conj.files)
+        for p in conj.predicates:
+            if p.attr == "FILE":
+                continue
+            owners = [s for s in schemas if p.attr in s.by_name]
+            if not owners:
+                raise BadMessage(f"no file of the query has attribute {_short(p.attr)}")
+            for s in owners:
+                _comparable(s.by_name[p.attr], from_pb(p.value), "predicate")
+    # Target names reach SQL only if the file has them (recp._select_list): no check.
+    for t in r.targets:
+        if t.agg not in AGGREGATES:
+            raise BadMessage(f"unknown aggregate {_short(t.agg)}")
+
+
+def traffic_unit(directory: Directory, tu: pb.TrafficUnit) -> None:
+    """Every request of a unit against this backend's directory (its update applied)."""
+    for req in tu.requests:
+        if req.op not in pb.Op.values():
+            raise BadMessage(f"unknown operation {req.op}")
+        if req.op == pb.INSERT:
+            schema = _file(directory, req.file)
+            for rec in req.records:
+                owner = directory.clusters.get(rec.cluster_id)
+                if owner is None or owner[0] != schema.name:
+                    raise BadMessage(f"cluster {rec.cluster_id} is not a cluster of "
+                                     f"{schema.name}")
+                if len(rec.values) != len(schema.attributes):
+                    raise BadMessage(f"a record of {schema.name} has {len(rec.values)} "
+                                     f"values for {len(schema.attributes)} attributes")
+                for a, v in zip(schema.attributes, rec.values, strict=True):
+                    _fits(a, from_pb(v), "inserted value")
+            continue
+        files: set[str] = set()
+        _retrieval(directory, req.retrieval, files)
+        if req.op == pb.RETRIEVE_COMMON:
+            _retrieval(directory, req.right, files)
+        if req.op == pb.UPDATE:
+            m = req.modifier
+            if m.arith not in ARITH:
+                raise BadMessage(f"unknown arithmetic {_short(m.arith)}")
+            for f in files:
+                schema = directory.files[f]
+                a = _attr(schema, m.attr)
+                if m.source:
+                    _attr(schema, m.source)
+                if m.arith:
+                    _comparable(a, from_pb(m.value), "modifier")
+                else:
+                    _fits(a, from_pb(m.value), "modifier")
+
+
+def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:
+    """New files, descriptors and clusters, before this backend applies them."""
+    new: dict[str, FileSchema] = {}
+    for f in update.files:
+        if not IDENT.match(f.name):
+            raise BadMessage(f"file name {_short(f.name)} is not an identifier")
+        for a in f.attributes:
+            if not IDENT.match(a.name) or a.type not in TYPES or a.directory not in (
+                    "", "A", "B", "C"):
+                raise BadMessage(f"file {f.name}: bad attribute {_short(a.name)}")
+        new[f.name] = FileSchema(f.name, [Attribute(a.name, a.type, a.directory, a.indexed)
+                                          for a in f.attributes])
+    files = {**directory.files, **new}
+    known = set(directory.descriptors)
+    for d in update.descriptors:
+        schema = files.get(d.file)
+        if schema is None:
+            raise BadMessage(f"descriptor {d.id}: unknown file {_short(d.file)}")
+        if d.kind not in KINDS:
+            raise BadMessage(f"descriptor {d.id}: unknown kind {_short(d.kind)}")
+        if d.attr != "FILE":
+            a = _attr(schema, d.attr)
+            for field in ("low", "high", "value"):
+                _fits(a, from_pb(getattr(d, field)), f"descriptor {d.id}")
+        known.add(d.id)
+    for c in update.clusters:
+        if c.file not in files:
+            raise BadMessage(f"cluster {c.id}: unknown file {_short(c.file)}")
+        missing = [i for i in c.descriptor_ids if i not in known]
+        if missing:
+            raise BadMessage(f"cluster {c.id}: unknown descriptors {missing[:5]}")

@@ -1,0 +1,137 @@
+"""Every receiver checks what it gets, whoever sent it: a backend refuses a forged
+traffic unit whose names its directory does not know (they never reach SQL) and goes
+on serving its bus; IIG's placement is not served on the client port, and refuses a
+directory value of the wrong type."""
+
+from __future__ import annotations
+
+import queue
+import re
+
+import grpc
+import pytest
+
+from mbds.proto import mbds_pb2 as pb
+from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.values import to_pb
+from tests.conftest import CENSUS_YAML, Running
+from tests.crashes import retry
+
+ROWS = "[" + "; ".join(f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i}>, <STATE, CA>)"
+                       for i in range(4)) + "]"
+
+
+def census(cluster_factory) -> Running:
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    r.client.execute(ROWS)
+    return r
+
+
+def contents(r: Running) -> list:
+    [res] = retry(r.client, "RETRIEVE (FILE = Census) (CITY, POP, AREA, STATE)")
+    return sorted(tuple(x.values()) for x in res.records)
+
+
+def forged_bus(address: str, units: list[pb.TrafficUnit]) -> list[pb.BackendReply]:
+    """A bus of our own to a backend: its hello, then `units`; every reply to them."""
+    out: queue.Queue[pb.BusBatch | None] = queue.Queue()
+    out.put(pb.BusBatch(messages=[pb.BusMessage(hello=pb.BusHello(
+        epoch="forged", backend_index=0, peers=[address]))]))
+    for tu in units:
+        out.put(pb.BusBatch(messages=[pb.BusMessage(traffic_unit=tu)]))
+    replies: list[pb.BackendReply] = []
+    with grpc.insecure_channel(address) as ch:
+        call = rpc.BackendStub(ch).Bus(iter(out.get, None), timeout=30)
+        for batch in call:
+            replies += batch.replies
+            if {r.seq for r in replies if r.WhichOneof("body") in ("error", "committed")
+                } >= {tu.seq for tu in units}:
+                break
+        out.put(None)
+        call.cancel()
+    return replies
+
+
+def every_cluster(file: str) -> pb.Retrieval:
+    return pb.Retrieval(query=pb.Query(conjunctions=[pb.Conjunction(
+        predicates=[pb.Predicate(attr="FILE", op=pb.EQ, value=to_pb(file, pb.Value()))],
+        files=[file])]))
+
+
+def test_a_backend_refuses_names_its_directory_lacks_and_keeps_its_bus(cluster_factory
+                                                                        ) -> None:
+    r = census(cluster_factory)
+    before = contents(r)
+    address = r.cluster.backends[0].address or ""
+    inject = pb.TrafficUnit(seq=1, requests=[pb.Request(
+        op=pb.UPDATE, retrieval=every_cluster("CENSUS"),
+        modifier=pb.Modifier(attr='AREA" = 1, "CITY', value=to_pb(1.0, pb.Value())))])
+    peek = pb.TrafficUnit(seq=2, requests=[pb.Request(op=pb.RETRIEVE, retrieval=pb.Retrieval(
+        query=pb.Query(conjunctions=[pb.Conjunction(files=["CENSUS"], predicates=[
+            pb.Predicate(attr="(SELECT value FROM meta)", op=pb.EQ,
+                         value=to_pb("b0", pb.Value()))])]),
+        targets=[pb.TargetItem(attr="CITY")]))])
+    wrong_type = pb.TrafficUnit(seq=3, requests=[pb.Request(
+        op=pb.UPDATE, retrieval=every_cluster("CENSUS"),
+        modifier=pb.Modifier(attr="POP", value=to_pb("many", pb.Value())))])
+    good_query = every_cluster("CENSUS")
+    good_query.targets.add(attr="CITY")
+    good = pb.TrafficUnit(seq=4, requests=[pb.Request(op=pb.RETRIEVE, retrieval=good_query)])
+    replies = forged_bus(address, [inject, peek, wrong_type, good])
+    errors = {x.seq: x.error for x in replies if x.WhichOneof("body") == "error"}
+    assert "has no attribute 'AREA\" = 1, \"CITY'" in errors[1]
+    assert "no file of the query has attribute '(SELECT value FROM meta)'" in errors[2]
+    assert "POP is integer, got str" in errors[3]
+    assert 4 not in errors and any(x.seq == 4 and x.committed for x in replies)
+    # Our hello took over the backend's bus configuration (no authentication yet): a
+    # controller started again gives it back, and finds nothing changed.
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    r.cluster.restart_controller()
+    assert contents(r) == before
+
+
+def test_a_directory_update_with_a_value_of_the_wrong_type_is_refused(cluster_factory
+                                                                       ) -> None:
+    r = census(cluster_factory)
+    address = r.cluster.backends[0].address or ""
+    bad = pb.DirectoryUpdate(descriptors=[pb.Descriptor(
+        id=10_000, file="CENSUS", attr="POP", kind="C", value=to_pb("x", pb.Value()))])
+    with grpc.insecure_channel(address) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            rpc.BackendStub(ch).ApplyDirectory(bad, timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "POP is integer, got str" in (err.value.details() or "")
+    [res] = r.client.execute("RETRIEVE ((FILE = Census) and (POP >= 2)) (CITY)")
+    assert sorted(x["CITY"] for x in res.records) == ["c2", "c3"]
+
+
+def iig_address(r: Running) -> str:
+    assert r.cluster.controller is not None
+    for line in r.cluster.controller.tail:
+        if m := re.search(r"internal \(IIG\) on (\S+)", line):
+            return m.group(1)
+    raise AssertionError("the controller did not say where IIG listens")
+
+
+def test_iig_is_not_on_the_client_port_and_checks_what_it_places(cluster_factory) -> None:
+    r = census(cluster_factory)
+    request = pb.PlaceRequest(file="CENSUS", directory_values=[
+        to_pb(v, pb.Value()) for v in ("CENSUS", "new", 5, "CA")])
+    with grpc.insecure_channel(r.cluster.address) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            rpc.IigStub(ch).Place(request, timeout=10)
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    internal = iig_address(r)
+    assert internal != r.cluster.address
+    wrong = pb.PlaceRequest(file="CENSUS", directory_values=[
+        to_pb(v, pb.Value()) for v in ("CENSUS", "new", "five", "CA")])
+    with grpc.insecure_channel(internal) as ch:
+        assert rpc.IigStub(ch).Place(request, timeout=10).cluster_id > 0
+        with pytest.raises(grpc.RpcError) as err:
+            rpc.IigStub(ch).Place(wrong, timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "CENSUS.POP is integer, got str" in (err.value.details() or "")
+    [res] = r.client.execute("RETRIEVE ((FILE = Census) and (POP <= 4)) (CITY)")
+    assert len(res.records) == 4            # range predicates still answer
