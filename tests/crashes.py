@@ -62,15 +62,13 @@ def retry(c: Client, text: str, timeout: float = 20) -> list:
             time.sleep(0.2)
 
 
-def writing(db: Path) -> bool:
-    """Does some connection (the backend's writer) hold a write transaction on `db`?"""
-    with closing(sqlite3.connect(db, timeout=0, isolation_level=None)) as conn:
+def prepared(db: Path) -> int:
+    """Units the backend keeps prepared (durably, awaiting PP's decision) in its file."""
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError:       # database is locked
-            return True
-        conn.execute("ROLLBACK")
-        return False
+            return int(conn.execute("SELECT COUNT(*) FROM prepared").fetchone()[0])
+        except sqlite3.OperationalError:      # no such table yet
+            return 0
 
 
 def holdings(r: Running) -> dict[str, dict[str, int]]:
