@@ -241,6 +241,7 @@ class Coordinator:
     async def execute(self, text: str, timeout: float | None = None
                       ) -> AsyncIterator[pb.ExecuteReplies]:
         with metrics.handler("REQP", "request"):
+            timeout = self.reqp.timeout(timeout)
             prepared, transaction = self.reqp.prepare(text)
         async for reply in self.run(prepared, transaction, timeout=timeout):
             yield reply

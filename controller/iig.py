@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from mbds import metrics
 from mbds.directory import Descriptor, Directory, file_schema_to_pb
-from mbds.errors import DefinitionError
+from mbds.errors import DefinitionError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
 from mbds.values import Value, to_pb
@@ -175,7 +175,7 @@ class Iig:
         every backend must learn before the mover writes into it)."""
         schema = self.directory.files.get(file)
         if schema is None:
-            raise DefinitionError(f"unknown file {file[:64]!r}")
+            raise DefinitionError(f"unknown file {shorten(file)}")
         names = schema.directory_attributes
         if len(directory_values) != len(names) or directory_values[0] != file:
             raise DefinitionError(f"a record of {file} has {len(names)} directory values, "

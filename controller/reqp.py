@@ -8,15 +8,30 @@ request changes no data on any backend.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from controller.abdl import ast, parse
+from controller.abdl import TextTooLong, ast, parse
 from mbds.directory import Directory
-from mbds.errors import SemanticError
+from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
 from mbds.traffic import COMPARE, RELOP_PB
-from mbds.values import Value, from_pb, to_pb
+from mbds.values import INT64_MAX, INT64_MIN, Value, from_pb, out_of_range, to_pb
+
+# What a client may send; each bound is refused with its limit named (README, "ABDL").
+# The characters of a request's or transaction's text outside record bodies: bodies are
+# data, bounded by gRPC's message size alone, while the rest costs a parse.
+MAX_TEXT = 1 << 20
+MAX_REQUESTS = 1000        # requests in one transaction
+# Predicates in one request: each deepens a backend's SQL condition by one level, and
+# SQLite refuses an expression deeper than 1000.
+MAX_PREDICATES = 500
+# A request's timeout_s beyond this is taken as this; 0 means the controller's default.
+MAX_TIMEOUT_S = 3600.0
+# The prepared-request cache: at most so many entries, and so many characters of text.
+CACHE_SIZE = 512
+CACHE_TEXT = 16 << 20
 
 OPS = {"INSERT": pb.INSERT, "DELETE": pb.DELETE, "UPDATE": pb.UPDATE, "RETRIEVE": pb.RETRIEVE,
        "RETRIEVE_COMMON": pb.RETRIEVE_COMMON}
@@ -47,12 +62,19 @@ def _where(pos: ast.Pos | None) -> str:
 
 
 def _describe(v: Value) -> str:
-    return f"{type(v).__name__.replace('str', 'string').replace('int', 'integer')} {v!r}"
+    kind = type(v).__name__.replace('str', 'string').replace('int', 'integer')
+    return f"{kind} {shorten(repr(v))}"
+
+
+def _too_many(what: str, count: int, unit: str, limit: int) -> SemanticError:
+    return SemanticError(f"{what} has {count} {unit}, at most {limit} allowed")
 
 
 def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -> Value:
     if isinstance(value, float) and not math.isfinite(value):
         raise SemanticError(f"{_where(pos)}{value!r} is not a finite number")
+    if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+        raise SemanticError(f"{_where(pos)}{out_of_range(value)}")
     if not attr.accepts(value):
         raise SemanticError(f"{_where(pos)}type mismatch: {file}.{attr.name} is {attr.type}, "
                             f"got {_describe(value)}")
@@ -60,30 +82,43 @@ def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -
 
 
 class Reqp:
-    CACHE_SIZE = 512
-
     def __init__(self, directory: Directory) -> None:
         self.directory = directory
         # Prepared traffic units by text, like a DBMS's prepared statements: a repeated
         # request skips parsing and checking. Valid while the set of files is the same
         # (preparation reads templates only); inserts are not kept (IIG places each).
-        self._cache: dict[str, tuple[list[Prepared], bool]] = {}
+        # Least recently used first; bounded in text too, as one entry may be 1 MiB.
+        self._cache: OrderedDict[str, tuple[list[Prepared], bool]] = OrderedDict()
+        self._cache_text = 0
         self._cache_files: tuple[str, ...] = ()
 
     def prepare(self, text: str) -> tuple[list[Prepared], bool]:
         files = tuple(self.directory.files)
         if files != self._cache_files:
-            self._cache, self._cache_files = {}, files
-        hit = self._cache.get(text)
+            self._cache, self._cache_text, self._cache_files = OrderedDict(), 0, files
+        hit = self._cache.get(text) if len(text) <= MAX_TEXT else None
         if hit is not None:
+            self._cache.move_to_end(text)
             return hit
-        tu = parse(text)
+        try:
+            tu = parse(text, MAX_TEXT)
+        except TextTooLong:
+            raise SemanticError(f"the request text is too long: {len(text)} characters, "
+                                f"at most {MAX_TEXT} of them outside record bodies") from None
+        if len(tu.requests) > MAX_REQUESTS:
+            raise _too_many("the transaction", len(tu.requests), "requests", MAX_REQUESTS)
         prepared = [self._request(r) for r in tu.requests], tu.transaction
         if not any(p.inserts for p in prepared[0]):
-            if len(self._cache) >= self.CACHE_SIZE:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[text] = prepared
+            self._remember(text, prepared)
         return prepared
+
+    def _remember(self, text: str, prepared: tuple[list[Prepared], bool]) -> None:
+        while self._cache and (len(self._cache) >= CACHE_SIZE
+                               or self._cache_text + len(text) > CACHE_TEXT):
+            old, _ = self._cache.popitem(last=False)
+            self._cache_text -= len(old)
+        self._cache[text] = prepared
+        self._cache_text += len(text)
 
     def prepare_load(self, chunk: pb.LoadRequest) -> Prepared:
         """A bulk-load chunk as one INSERT request, checked like ABDL inserts."""
@@ -91,7 +126,7 @@ class Reqp:
         names = [a.upper() for a in chunk.attributes]
         for a in names:
             if a not in schema.by_name:
-                raise SemanticError(f"unknown attribute {a} in file {schema.name}")
+                raise SemanticError(f"unknown attribute {shorten(a)} in file {schema.name}")
         inserts = []
         for r, row in enumerate(chunk.records):
             if len(row.values) != len(names):
@@ -108,10 +143,22 @@ class Reqp:
         return Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name),
                         inserts=inserts)
 
+    @staticmethod
+    def timeout(timeout: float | None) -> float | None:
+        """A request's timeout_s, checked: None (0 on the wire) is the controller's
+        default; NaN or a negative one would fail at once, blaming a healthy backend, and
+        an infinite one would never fail; a long one is capped at MAX_TIMEOUT_S."""
+        if timeout is None:
+            return None
+        if not math.isfinite(timeout) or timeout < 0:
+            raise SemanticError(f"timeout_s must be a finite, non-negative number of "
+                                f"seconds (0: the controller's default), got {timeout!r}")
+        return min(timeout, MAX_TIMEOUT_S)
+
     def _file(self, name: str, pos: ast.Pos | None) -> FileSchema:
         schema = self.directory.files.get(name.upper())
         if schema is None:
-            raise SemanticError(f"{_where(pos)}unknown file {name.upper()}")
+            raise SemanticError(f"{_where(pos)}unknown file {shorten(name.upper())}")
         return schema
 
     # -------------------------------------------------------------- query --
@@ -131,11 +178,11 @@ class Reqp:
             if p.attr == "FILE":
                 continue
             if named is not None and p.attr not in named.by_name:
-                raise SemanticError(f"{_where(p.pos)}unknown attribute {p.attr} in file "
-                                    f"{named.name}")
+                raise SemanticError(f"{_where(p.pos)}unknown attribute {shorten(p.attr)} in "
+                                    f"file {named.name}")
             files = [f for f in files if p.attr in f.by_name]
             if not files and named is None:
-                raise SemanticError(f"{_where(p.pos)}unknown attribute {p.attr}: "
+                raise SemanticError(f"{_where(p.pos)}unknown attribute {shorten(p.attr)}: "
                                     "no file has it")
         return files
 
@@ -169,10 +216,15 @@ class Reqp:
         if name == "BODY":
             return Attribute("BODY", "string")
         where = files[0].name if len(files) == 1 else "the files this query selects"
-        raise SemanticError(f"{_where(pos)}unknown attribute {name} in {where}")
+        raise SemanticError(f"{_where(pos)}unknown attribute {shorten(name)} in {where}")
 
     # ----------------------------------------------------------- requests --
     def _request(self, r: ast.Request) -> Prepared:
+        queries = [] if isinstance(r, ast.Insert) else (
+            [r.left.query, r.right.query] if isinstance(r, ast.RetrieveCommon) else [r.query])
+        count = sum(len(c.predicates) for q in queries for c in q.conjunctions)
+        if count > MAX_PREDICATES:
+            raise _too_many(f"{_where(r.pos)}the request", count, "predicates", MAX_PREDICATES)
         if isinstance(r, ast.Insert):
             return self._insert(r)
         if isinstance(r, ast.Retrieve):
@@ -191,7 +243,7 @@ class Reqp:
         first = r.keywords[0]
         if first.attr != "FILE":
             raise SemanticError(f"{_where(first.pos)}a record's first keyword must be "
-                                f"<FILE, name>, got <{first.attr}, ...>")
+                                f"<FILE, name>, got <{shorten(first.attr)}, ...>")
         if not isinstance(first.value, str):
             raise SemanticError(f"{_where(first.pos)}FILE must name a file")
         schema = self._file(first.value, first.pos)
@@ -199,13 +251,13 @@ class Reqp:
         seen = set()
         for k in r.keywords[1:]:
             if k.attr in seen or k.attr == "FILE":
-                raise SemanticError(f"{_where(k.pos)}attribute {k.attr} appears twice in "
-                                    "the record")
+                raise SemanticError(f"{_where(k.pos)}attribute {shorten(k.attr)} appears "
+                                    "twice in the record")
             seen.add(k.attr)
             a = schema.by_name.get(k.attr)
             if a is None:
-                raise SemanticError(f"{_where(k.pos)}unknown attribute {k.attr} in file "
-                                    f"{schema.name}")
+                raise SemanticError(f"{_where(k.pos)}unknown attribute {shorten(k.attr)} in "
+                                    f"file {schema.name}")
             values[schema.index[k.attr]] = check_value(a, k.value, k.pos, schema.name)
         req = pb.Request(op=pb.INSERT, file=schema.name)
         return Prepared("INSERT", req, inserts=[PreparedInsert(schema.name, values, r.body)])
@@ -230,7 +282,7 @@ class Reqp:
                     raise SemanticError(f"{_where(t.pos)}{t.agg} of string attribute "
                                         f"{attr.name}")
             if t.name in names:
-                raise SemanticError(f"{_where(t.pos)}target {t.name} appears twice")
+                raise SemanticError(f"{_where(t.pos)}target {shorten(t.name)} appears twice")
             items.append(pb.TargetItem(attr=attr.name, agg=t.agg or ""))
             names.append(t.name)
         return items, names
@@ -285,8 +337,8 @@ class Reqp:
         for f in files:
             target = f.by_name.get(m.attr)
             if target is None:
-                raise SemanticError(f"{_where(m.pos)}unknown attribute {m.attr} in file "
-                                    f"{f.name}")
+                raise SemanticError(f"{_where(m.pos)}unknown attribute {shorten(m.attr)} in "
+                                    f"file {f.name}")
             source_name = m.source
             if m.bare_word and isinstance(m.value, str) and m.value.upper() in f.by_name:
                 source_name = m.value.upper()       # <A = B>: copy attribute B
@@ -295,8 +347,8 @@ class Reqp:
                 continue
             source = f.by_name.get(source_name)
             if source is None:
-                raise SemanticError(f"{_where(m.pos)}unknown attribute {source_name} in file "
-                                    f"{f.name}")
+                raise SemanticError(f"{_where(m.pos)}unknown attribute {shorten(source_name)} "
+                                    f"in file {f.name}")
             out.source = source_name
             if m.arith is None:
                 if source.type != target.type and not (
@@ -312,6 +364,8 @@ class Reqp:
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise SemanticError(f"{_where(m.pos)}arithmetic needs a number, got "
                                     f"{_describe(value)}")
+            if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+                raise SemanticError(f"{_where(m.pos)}{out_of_range(value)}")
             if m.arith == "/" and value == 0:
                 raise SemanticError(f"{_where(m.pos)}division by zero")
             if target.type == "integer" and (source.type == "float" or isinstance(value, float)):

@@ -22,7 +22,7 @@ import grpc
 from controller.abdl import AbdlSyntaxError
 from controller.coordinator import Coordinator
 from mbds import metrics
-from mbds.errors import MbdsError
+from mbds.errors import FAILURE_MESSAGE, MbdsError, shorten
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.controller")
@@ -30,14 +30,17 @@ log = logging.getLogger("mbds.controller")
 
 def failure(e: Exception) -> tuple[grpc.StatusCode, str]:
     """The status a failed request ends with, counted by kind (AbdlSyntaxError,
-    SemanticError, BackendUnavailable, ...)."""
+    SemanticError, BackendUnavailable, ...). The message is bounded whatever it
+    repeats, since gRPC trailers beyond a few KiB fail the call itself."""
     metrics.REQUEST_ERRORS.labels(type(e).__name__).inc()
     if isinstance(e, AbdlSyntaxError):
-        return grpc.StatusCode.INVALID_ARGUMENT, f"syntax error: {e}"
-    if isinstance(e, MbdsError):
-        return e.code, str(e)
-    log.error("internal error", exc_info=e)
-    return grpc.StatusCode.INTERNAL, f"internal error: {e!r}"
+        code, message = grpc.StatusCode.INVALID_ARGUMENT, f"syntax error: {e}"
+    elif isinstance(e, MbdsError):
+        code, message = e.code, str(e)
+    else:
+        log.error("internal error", exc_info=e)
+        code, message = grpc.StatusCode.INTERNAL, f"internal error: {e!r}"
+    return code, shorten(message, FAILURE_MESSAGE)
 
 
 class Sessions:

@@ -6,13 +6,14 @@ backends as `FileDef` plus the descriptors IIG allocates for it.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from mbds.errors import DefinitionError
+from mbds.errors import DefinitionError, shorten
 from mbds.values import Scalar, Value
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -20,6 +21,12 @@ TYPES = ("integer", "float", "string")
 # FILE is every record's first keyword; BODY is the record body's result key.
 RESERVED = {"FILE", "BODY", "ALL", "AND", "OR", "BY", "COMMON", "INSERT", "DELETE", "UPDATE",
             "RETRIEVE", "AVG", "COUNT", "SUM", "MIN", "MAX"}
+# What one definition may hold; each bound is refused with its limit named (README,
+# "Database definitions").
+MAX_DEFINITION = 1 << 20       # characters of definition text
+MAX_FILES = 256                # files in one definition
+MAX_ATTRIBUTES = 256           # attributes of one file
+MAX_NAME = 128                 # characters of a file or attribute name
 
 
 @dataclass(frozen=True)
@@ -74,9 +81,17 @@ class FileSchema:
         return self.by_name.get(name)
 
 
+def _too_many(what: str, count: int, unit: str, limit: int) -> DefinitionError:
+    return DefinitionError(f"{what} has {count} {unit}, at most {limit} allowed")
+
+
 def _ident(name: object, what: str) -> str:
     if not isinstance(name, str) or not IDENT.match(name):
-        raise DefinitionError(f"{what} {name!r} is not an identifier (letters, digits, _)")
+        raise DefinitionError(f"{what} {shorten(repr(name))} is not an identifier "
+                              "(letters, digits, _)")
+    if len(name) > MAX_NAME:
+        raise DefinitionError(f"{what} {shorten(name)} is too long: at most {MAX_NAME} "
+                              "characters allowed")
     upper = name.upper()
     if upper in RESERVED:
         raise DefinitionError(f"{what} {upper} is a reserved word")
@@ -85,7 +100,11 @@ def _ident(name: object, what: str) -> str:
 
 def _typed(value: object, attr: Attribute, where: str) -> Scalar:
     if not attr.accepts(value):
-        raise DefinitionError(f"{where}: {value!r} is not a {attr.type} value for {attr.name}")
+        raise DefinitionError(f"{where}: {shorten(repr(value))} is not a {attr.type} value "
+                              f"for {attr.name}")
+    if isinstance(value, float) and not math.isfinite(value):
+        # NaN compares false with everything (no order, no equality); infinities are no bounds.
+        raise DefinitionError(f"{where}: {value!r} is not a finite number")
     return float(value) if attr.type == "float" else value  # type: ignore[return-value,arg-type]
 
 
@@ -98,16 +117,19 @@ def _directory(attr: Attribute, spec: dict[str, Any], where: str) -> list[Descri
         out = []
         for r in ranges:
             if not isinstance(r, list | tuple) or len(r) != 2:
-                raise DefinitionError(f"{where}: range {r!r} is not [low, high]")
+                raise DefinitionError(f"{where}: range {shorten(repr(r))} is not [low, high]")
             low, high = _typed(r[0], attr, where), _typed(r[1], attr, where)
             if low > high:  # type: ignore[operator]
-                raise DefinitionError(f"{where}: range [{low}, {high}] has low > high")
+                raise DefinitionError(f"{where}: range [{shorten(repr(low))}, "
+                                      f"{shorten(repr(high))}] has low > high")
             out.append(DescriptorSpec("A", low=low, high=high))
         out.sort(key=lambda d: d.low)  # type: ignore[arg-type,return-value]
         for a, b in zip(out, out[1:], strict=False):
             if b.low <= a.high:  # type: ignore[operator]
+                shown = [shorten(repr(v)) for v in (a.low, a.high, b.low, b.high)]
                 raise DefinitionError(
-                    f"{where}: ranges [{a.low}, {a.high}] and [{b.low}, {b.high}] overlap")
+                    f"{where}: ranges [{shown[0]}, {shown[1]}] and [{shown[2]}, {shown[3]}] "
+                    "overlap")
         return out
     if kind == "B":
         values = spec.get("values")
@@ -135,19 +157,43 @@ def _indexes(file: str, raw: object, known: set[str]) -> set[str]:
     return set(names)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML without anchors and aliases: an alias repeats a node without repeating its
+    text, so a few hundred bytes can stand for gigabytes (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            kind = "alias" if isinstance(event, yaml.AliasEvent) else "anchor"
+            raise DefinitionError(
+                f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}: "
+                f"YAML {kind} {shorten(anchor)} is not allowed in a definition (no anchors "
+                "or aliases)")
+        return super().compose_node(parent, index)
+
+
 def parse_definition(text: str) -> list[FileSchema]:
     """Parse the YAML database definition. Raises DefinitionError naming what is wrong."""
+    if len(text) > MAX_DEFINITION:
+        raise _too_many("the definition", len(text), "characters", MAX_DEFINITION)
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_Loader)   # a SafeLoader: no Python objects
     except yaml.YAMLError as e:
-        raise DefinitionError(f"definition is not valid YAML: {e}") from None
+        raise DefinitionError(f"definition is not valid YAML: {shorten(str(e), 500)}"
+                              ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict) or not doc["files"]:
         raise DefinitionError("definition must have a non-empty 'files' mapping")
+    if len(doc["files"]) > MAX_FILES:
+        raise _too_many("the definition", len(doc["files"]), "files", MAX_FILES)
     files = []
     for raw_name, body in doc["files"].items():
         name = _ident(raw_name, "file name")
         if not isinstance(body, dict) or not isinstance(body.get("attributes"), dict):
             raise DefinitionError(f"file {name}: needs an 'attributes' mapping")
+        if len(body["attributes"]) > MAX_ATTRIBUTES:
+            raise _too_many(f"file {name}", len(body["attributes"]), "attributes",
+                            MAX_ATTRIBUTES)
         directory = body.get("directory") or {}
         if not isinstance(directory, dict):
             raise DefinitionError(f"file {name}: 'directory' must be a mapping")
@@ -158,7 +204,7 @@ def parse_definition(text: str) -> list[FileSchema]:
             attr_name = _ident(raw_attr, f"file {name}: attribute")
             if typ not in TYPES:
                 raise DefinitionError(
-                    f"file {name}: attribute {attr_name} has type {typ!r}; "
+                    f"file {name}: attribute {attr_name} has type {shorten(repr(typ))}; "
                     f"expected one of {', '.join(TYPES)}")
             kind = ""
             if attr_name in dir_specs:

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 
 Scalar = int | float | str       # a value a record or a request states
 Value = Scalar | None             # … or null (a missing keyword)
+
+# Integers are what the wire (sint64) and SQLite hold: signed 64-bit.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT64_RANGE = f"integers are signed 64-bit, from {INT64_MIN} to {INT64_MAX}"
+
+
+def out_of_range(v: int) -> str:
+    """The refusal of an integer beyond 64 bits, naming it (shortened) and the range."""
+    try:
+        shown = shorten(str(v))
+    except ValueError:        # more digits than Python converts (sys.get_int_max_str_digits)
+        shown = f"of {v.bit_length()} bits"
+    return f"integer {shown} is out of range: {INT64_RANGE}"
 
 
 def to_pb(v: Value, out: pb.Value | None = None) -> pb.Value:
@@ -15,7 +29,10 @@ def to_pb(v: Value, out: pb.Value | None = None) -> pb.Value:
     if isinstance(v, bool):
         raise TypeError("booleans are not ABDL values")
     if isinstance(v, int):
-        msg.i = v
+        try:
+            msg.i = v
+        except ValueError:    # protobuf's own range check: no cost on the common path
+            raise SemanticError(out_of_range(v)) from None
     elif isinstance(v, float):
         msg.f = v
     else:

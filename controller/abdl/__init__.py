@@ -2,8 +2,9 @@
 
 `parse(text)` turns one traffic unit (a request or a `[...]` transaction) into
 an immutable `TrafficUnit`; malformed input raises `AbdlSyntaxError` with the
-line, column, expected tokens and the token found. No schema checks happen
-here -- that is the semantic stage's job.
+line, column, expected tokens and the token found; `parse(text, max_text)` raises
+`TextTooLong` once it has read more than `max_text` characters outside record
+bodies. No schema checks happen here -- that is the semantic stage's job.
 """
 
 from controller.abdl.ast import (
@@ -23,7 +24,7 @@ from controller.abdl.ast import (
     Update,
     Value,
 )
-from controller.abdl.lexer import AbdlSyntaxError
+from controller.abdl.lexer import AbdlSyntaxError, TextTooLong
 from controller.abdl.parser import parse
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "Retrieve",
     "RetrieveCommon",
     "TargetItem",
+    "TextTooLong",
     "TrafficUnit",
     "Update",
     "Value",

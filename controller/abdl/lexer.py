@@ -16,6 +16,7 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from controller.abdl.ast import Pos, Value
+from mbds.values import INT64_MAX, INT64_MIN, INT64_RANGE
 
 # Reserved words, as token kinds (canonical upper case).
 KEYWORDS: frozenset[str] = frozenset(
@@ -73,6 +74,10 @@ _LINE1_POS: dict[int, Pos] = {}
 _LINE1_POS_LIMIT = 4096
 
 
+class TextTooLong(ValueError):
+    """The text outside record bodies is longer than the parse was allowed to read."""
+
+
 class AbdlSyntaxError(ValueError):
     """A request is not valid ABDL. Carries 1-based line/column of the problem."""
 
@@ -120,15 +125,21 @@ class Token(NamedTuple):
     offset: int  # index of the first character in the source
 
 
+def is_integer(text: str) -> bool:
+    """Whether a NUM match is an integer literal (no fraction, no exponent)."""
+    return "." not in text and "e" not in text and "E" not in text
+
+
 def number_value(text: str) -> int | float | None:
-    """Convert a NUM match; None when it cannot be represented."""
+    """Convert a NUM match; None when it cannot be represented (integers: in 64 bits)."""
     try:
-        if "." in text or "e" in text or "E" in text:
+        if not is_integer(text):
             value = float(text)
             return None if math.isinf(value) else value
-        return int(text)
+        number = int(text)
     except ValueError:  # e.g. more digits than sys.get_int_max_str_digits()
         return None
+    return number if INT64_MIN <= number <= INT64_MAX else None
 
 
 def string_value(text: str) -> str:
@@ -150,11 +161,14 @@ def fast_value(num: str | None, word: str | None, string: str | None) -> Value |
 
 
 class Lexer:
-    __slots__ = ("text", "pos", "_peeked", "_line_starts")
+    __slots__ = ("text", "pos", "bound", "_peeked", "_line_starts")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, limit: int | None = None) -> None:
         self.text = text
         self.pos = 0  # offset just after the last scanned token
+        # How far the parse may read: `limit` characters plus every record body read so
+        # far (bodies are data, copied in one step; the rest costs a parse).
+        self.bound = len(text) if limit is None else limit
         self._peeked: Token | None = None
         self._line_starts: list[int] | None = None
         if "\n" in text:
@@ -223,6 +237,11 @@ class Lexer:
             self.pos = m.end()
         return m
 
+    def check_length(self, offset: int) -> None:
+        """Stop a parse that has read more text outside record bodies than it may."""
+        if offset > self.bound:
+            raise TextTooLong(offset)
+
     def reset(self, offset: int) -> None:
         """Move the cursor to `offset` (after fast matching, or to redo one slowly)."""
         self.pos = offset
@@ -236,11 +255,13 @@ class Lexer:
         end = text.find("}", start)
         if end >= 0 and text.find("\\", start, end) < 0:
             self.pos = end + 1  # fast path: nothing escaped
+            self.bound += self.pos - brace_offset
             return text[start:end]
         m = _BODY_RE.match(text, start)
         if m is None:
             raise self.error(brace_offset, found="{", detail="unterminated body text (no '}')")
         self.pos = m.end()
+        self.bound += self.pos - brace_offset
         # Only \} and \\ are escapes; any other backslash is kept verbatim.
         return _BODY_ESC_RE.sub(r"\1", text[start : m.end() - 1])
 
@@ -267,7 +288,10 @@ class Lexer:
             raise self.error(start, found=bad.group(), detail=f"bad number {quote(bad.group())}")
         value = number_value(s)
         if value is None:
-            raise self.error(start, found=s, detail=f"number out of range {quote(s)}")
+            detail = f"number out of range {quote(s)}"
+            if is_integer(s):
+                detail += f": {INT64_RANGE}"
+            raise self.error(start, found=s, detail=detail)
         return Token("NUMBER", s, value, start)
 
     def _scan_failed(self) -> Token:

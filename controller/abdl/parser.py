@@ -33,16 +33,20 @@ __all__ = ["AbdlSyntaxError", "parse"]
 _REQUEST_STARTS = ("INSERT", "DELETE", "UPDATE", "RETRIEVE")
 
 
-def parse(text: str) -> ast.TrafficUnit:
-    """Parse one traffic unit: a request or a `[ ...; ... ]` transaction."""
-    return _Parser(text).traffic_unit()
+def parse(text: str, max_text: int | None = None) -> ast.TrafficUnit:
+    """Parse one traffic unit: a request or a `[ ...; ... ]` transaction.
+
+    With `max_text`, more than that many characters outside record bodies raise
+    TextTooLong as soon as they are read: parsing costs far more than the text.
+    """
+    return _Parser(text, max_text).traffic_unit()
 
 
 class _Parser:
     __slots__ = ("_lx", "_trail")
 
-    def __init__(self, text: str) -> None:
-        self._lx = Lexer(text)
+    def __init__(self, text: str, max_text: int | None = None) -> None:
+        self._lx = Lexer(text, max_text)
         # Optional tokens that could have continued the request just parsed;
         # they are added to "expected" when the request is followed by junk.
         self._trail: tuple[str, ...] = ()
@@ -89,6 +93,7 @@ class _Parser:
             raise lx.error(open_tok.offset, found="[", detail="empty transaction")
         requests: list[ast.Request] = []
         while True:
+            lx.check_length(lx.pos)
             tok = lx.peek()
             if tok.kind == "[":
                 raise lx.error(tok.offset, found="[", detail="nested transactions are not allowed")
@@ -109,6 +114,7 @@ class _Parser:
         tok = self._lx.peek()
         if tok.kind != "EOF":
             self._fail(tok, *self._trail, END)
+        self._lx.check_length(len(self._lx.text))
 
     def _request(self, *expected: str) -> ast.Request:
         tok = self._lx.take()
@@ -134,8 +140,10 @@ class _Parser:
         append = keywords.append
         # Hot path (big INSERTs from loaders): locals instead of attribute look-ups.
         text, match, position, keyword = lx.text, KEYWORD_RE.match, lx.position, ast.Keyword
-        offset = lx.mark()
+        offset, bound = lx.mark(), lx.bound
         while True:
+            if offset > bound:
+                lx.check_length(offset)
             m = match(text, offset)
             if m is not None:
                 _, attr, num, word, string, sep = m.groups()
@@ -176,6 +184,7 @@ class _Parser:
         lx = self._lx
         conjunctions = [self._conjunction()]
         while lx.peek().kind == "OR":
+            lx.check_length(lx.pos)
             lx.take()
             conjunctions.append(self._conjunction())
         return ast.Query(tuple(conjunctions))
@@ -196,6 +205,7 @@ class _Parser:
                 return ast.Conjunction(tuple(predicates))
             if tok.kind != "AND":
                 self._fail(tok, ")", "and")
+            lx.check_length(lx.pos)
             predicates.append(self._predicate())
 
     def _fast_predicate(self) -> ast.Predicate | None:
@@ -312,7 +322,9 @@ class _Parser:
         text, match, position = lx.text, ITEM_RE.match, lx.position
         while True:
             # Fast path for plain attribute names and ALL (the common case).
-            m = match(text, lx.mark())
+            at = lx.mark()
+            lx.check_length(at)
+            m = match(text, at)
             upper = m.group(1).upper() if m is not None else ""
             if m is not None and (upper == "ALL" or upper not in KEYWORDS):
                 pos = position(m.start(1))
