@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from mbds.errors import SemanticError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import MAX_MESSAGE
@@ -150,11 +151,22 @@ class Client:
     def load(self, file: str, attributes: list[str],
              rows: Iterable[tuple[Sequence[Value], str | None]], *, chunk: int = 2000
              ) -> Iterator[pb.RequestDone]:
-        """Bulk-insert records (values aligned with `attributes`); yields each chunk's done."""
+        """Bulk-insert records (values aligned with `attributes`); yields each chunk's done.
+
+        A value the wire cannot carry (an integer beyond 64 bits, say) ends the stream
+        before its chunk is sent and is raised here, named: chunks sent before it stay
+        loaded, as with any refused chunk."""
+        refused: list[str] = []
+
         def chunks() -> Iterator[pb.LoadRequest]:
             req = pb.LoadRequest(file=file, attributes=attributes)
-            for values, body in rows:
-                r = req.records.add(values=[to_pb(v) for v in values])
+            for n, (values, body) in enumerate(rows):
+                try:
+                    encoded = [to_pb(v) for v in values]
+                except (SemanticError, TypeError, ValueError) as e:   # gRPC would hide it
+                    refused.append(f"record {n + 1}: {e}")
+                    return
+                r = req.records.add(values=encoded)
                 if body is not None:
                     r.body = body
                 if len(req.records) >= chunk:
@@ -169,6 +181,8 @@ class Client:
                         yield reply.done
         except grpc.RpcError as e:
             raise _error(e) from None
+        if refused:
+            raise ClientError("INVALID_ARGUMENT", refused[0])
 
 
 class Session:

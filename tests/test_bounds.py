@@ -342,6 +342,11 @@ def test_integers_beyond_64_bits_are_refused_through_grpc_and_the_bounds_kept(
         for ask in (call, session):
             code, message = ask(r, text)
             assert code == "INVALID_ARGUMENT" and RANGE in message, (ask, text)
+    # A bulk load names the record whose integer the wire cannot carry.
+    with pytest.raises(ClientError) as err:
+        list(r.client.load("CENSUS", ["CITY", "POP"], [(["ok", 1], None), (["big", BIG], None)]))
+    assert err.value.code == "INVALID_ARGUMENT" and "record 2" in str(err.value)
+    assert RANGE in str(err.value)
     assert snapshot(r) == before
     r.client.execute(INSERT.format(c="max", p=INT64_MAX))
     list(r.client.load("CENSUS", ["CITY", "POP"], [(["min", INT64_MIN], None)]))
