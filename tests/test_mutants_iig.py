@@ -259,3 +259,28 @@ def test_a_moved_record_gets_its_cluster_and_what_was_allocated_for_it() -> None
         (cid, "CENSUS", list(d.clusters[cid][1]))]
     with pytest.raises(DefinitionError, match=r"^unknown file NOPE$"):
         iig.place_moved("NOPE", ["NOPE"])
+
+
+def test_a_moved_record_with_the_wrong_directory_values_is_refused() -> None:
+    """Place is called by backends, but checks what it gets: the file's directory values,
+    as many as it has directory attributes, the first the file's name, each of its type
+    (a null is allowed: the record lacks the keyword)."""
+    iig = census_iig()
+    before = (dict(iig.directory.clusters), dict(iig.directory.descriptors))
+    key = census_key(iig, "Carmel", 25, "CA")
+    counts = r"^a record of CENSUS has 4 directory values, FILE, CITY, POP, STATE, the first"
+    for wrong in (key[:-1], [*key, "extra"], ["STATES", *key[1:]]):
+        with pytest.raises(DefinitionError, match=counts):
+            iig.place_moved("CENSUS", wrong)
+    for at, value, message in ((1, 7, "CENSUS.CITY is string, got int"),
+                               (2, "many", "CENSUS.POP is integer, got str"),
+                               (2, 2.5, "CENSUS.POP is integer, got float")):
+        wrong = list(key)
+        wrong[at] = value
+        with pytest.raises(DefinitionError, match=f"^{message}$"):
+            iig.place_moved("CENSUS", wrong)
+    assert (iig.directory.clusters, iig.directory.descriptors) == before   # nothing allocated
+    with_null = list(key)
+    with_null[3] = None
+    cid, _ = iig.place_moved("CENSUS", with_null)
+    assert iig.directory.clusters[cid][0] == "CENSUS"

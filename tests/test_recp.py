@@ -163,3 +163,34 @@ def test_an_update_copies_another_attribute_of_the_same_record() -> None:
     assert recp.update(conn, plan, p.request.modifier) == 1
     assert list(conn.execute(f'SELECT "CITY" FROM {table("CENSUS")} ORDER BY rid')) == [
         ("CA",), ("b",)]
+
+
+def test_every_write_records_what_undoes_it_exactly() -> None:
+    """INSERT, UPDATE (in place and moving) and DELETE with an undo log: rolled back,
+    the table is row for row what it was; the log holds only the rows each write
+    touched, and a write that touched nothing records nothing."""
+    from backend import undo
+    from mbds.proto import mbds_pb2 as pb
+    from mbds.values import to_pb
+
+    conn = _census_table([(1, 3, "a"), (1, 17, "b"), (2, 5000, "c")])
+    conn.executescript(undo.SCHEMA)
+    conn.isolation_level = None
+    before = conn.execute(f"SELECT * FROM {table('CENSUS')} ORDER BY rid").fetchall()
+    log = undo.UndoLog(conn, ("e", 1))
+    nothing = FilePlan(CENSUS, [1], [[("POP", "=", 999)]], False)
+    assert recp.delete(conn, nothing, log) == 0 and not log.wrote
+    records = [pb.PlacedRecord(cluster_id=2, values=[to_pb(v) for v in ("d", 7, None, "CA")])]
+    assert recp.insert(conn, CENSUS, records, log) == 1 and log.wrote
+    raise_pop = pb.Modifier(attr="POP", source="POP", arith="+", value=to_pb(1))
+    assert recp.update(conn, FilePlan(CENSUS, [1, 2], [[("POP", "<", 10)]], False),
+                       raise_pop, log) == 2                # 3 → 4 and the new 7 → 8
+    move = pb.Modifier(attr="POP", value=to_pb(4000))
+    assert recp.update_moving(conn, FilePlan(CENSUS, [1], [[("POP", "=", 17)]], False), move,
+                              lambda file, values: 2, log) == 1
+    assert recp.delete(conn, FilePlan(CENSUS, [1, 2], [], True), log) == 4
+    touched = conn.execute("SELECT COUNT(*) FROM undo WHERE image IS NOT NULL").fetchone()[0]
+    assert touched == 2 + 1 + 4                            # the rows each write touched
+    assert conn.execute("SELECT lo, hi FROM undo WHERE image IS NULL").fetchall() == [(4, 4)]
+    undo.roll_back(conn, log.unit, {"CENSUS": CENSUS})
+    assert conn.execute(f"SELECT * FROM {table('CENSUS')} ORDER BY rid").fetchall() == before
