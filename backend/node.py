@@ -21,11 +21,10 @@ import time
 from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
-from typing import TypeVar
 
-from backend import check, dm, undo
+from backend import check, dm
 from backend.cc import LockTable, S, X
+from backend.commit import PreparedUnits, settle
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
 from backend.plan import WRITES, RequestPlan
@@ -37,22 +36,6 @@ from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.backend")
-
-T = TypeVar("T")
-RETRY_SECONDS = 1.0      # between attempts at undoing a prepared unit that failed
-
-
-async def settle(fut: Future[T]) -> T:
-    """The writer's result for a job, even if this task is cancelled meanwhile: what the
-    writer did must be known (a prepared unit must be decided)."""
-    wrapped = asyncio.wrap_future(fut)
-    while True:
-        try:
-            return await asyncio.shield(wrapped)
-        except asyncio.CancelledError:
-            if wrapped.done():
-                return wrapped.result()
-
 
 def _log_failure(fut: Future[None]) -> None:
     if fut.exception() is not None:
@@ -71,10 +54,7 @@ class BackendNode:
         self.cc = LockTable()
         self.config = BusConfig()
         self.writer = Writer(store, name)
-        # Units prepared before a restart, their decision not heard: no bus opens until
-        # the controller has resolved them (Resolve), so nothing reads them meanwhile.
-        self.in_doubt: dict[undo.Key, int] = undo.in_doubt(store.writer())
-        self.prepared: dict[undo.Key, TuState] = {}   # prepared since, awaiting decision
+        self.prepared = PreparedUnits(self.writer, self.directory)
         self.storing: Future[None] | None = None    # the latest directory update's storing
         # Reads of traffic units run on the event loop; this thread only counts records
         # per cluster for the controller's Directory call (placement state).
@@ -254,42 +234,6 @@ class BackendNode:
         if st is not None and st.decision is not None and not st.decision.done():
             st.decision.set_result(True)
 
-    def in_doubt_units(self) -> list[undo.Key]:
-        """Every unit still prepared here: its decision has not come, or is not yet
-        carried out (the controller keeps a decision until no backend lists it)."""
-        return [*self.in_doubt, *self.prepared]
-
-    async def resolve(self, outcomes: list[pb.Outcome]) -> None:
-        """The controller's decisions on in-doubt units: each carried out, durably."""
-        for o in outcomes:
-            key = (o.unit.epoch, o.unit.seq)
-            st = self.prepared.get(key)
-            if st is not None:
-                if st.decision is not None and not st.decision.done():
-                    st.decision.set_result(o.commit)
-                if st.task is not None:
-                    await asyncio.wait([st.task])
-            elif key in self.in_doubt:
-                unit = self.in_doubt[key]
-                await self._decide(unit, o.commit)
-                del self.in_doubt[key]
-
-    async def _decide(self, unit: int, commit: bool) -> None:
-        """Forget a prepared unit (commit) or undo it (abort), retrying an undo that
-        fails (a full disk): the unit keeps its locks until it has been undone."""
-        while True:
-            try:
-                if commit:
-                    await settle(self.writer.submit(partial(undo.forget, unit=unit)))
-                else:
-                    await settle(self.writer.submit(
-                        partial(undo.roll_back, unit=unit, files=dict(self.directory.files))))
-                return
-            except Exception as e:
-                log.error("%s of prepared unit %d failed, retrying: %s",
-                          "commit" if commit else "roll-back", unit, e)
-                await asyncio.sleep(RETRY_SECONDS)
-
     # ------------------------------------------------------------- stage 2 --
     async def _stage2_loop(self) -> None:
         while True:
@@ -398,7 +342,7 @@ class BackendNode:
             await self._finish(st, committed=True)
             return
         st.decision = self.loop.create_future()
-        self.prepared[key] = st
+        self.prepared.waiting[key] = st
         # Once the vote is sent only PP decides; a stop (cancellation) meanwhile leaves
         # the unit prepared on disk, for the controller to resolve at the next start.
         voted = False
@@ -418,8 +362,8 @@ class BackendNode:
         if commit:
             self._release(st, lock)             # the writes are final: readers may come
             faults.hit("backend.before_commit")
-        await self._decide(unit, commit)
-        del self.prepared[key]
+        await self.prepared.carry_out(unit, commit)
+        del self.prepared.waiting[key]
         if commit:
             faults.hit("backend.after_commit")
             self._send(st, pb.BackendReply(forgotten=True))

@@ -32,11 +32,11 @@ class BackendServicer(rpc.BackendServicer):
         return pb.HelloReply(name=self.node.name, directory_digest=self.node.directory.digest(),
                              metrics_port=self.node.metrics_port, in_doubt=[
                                  pb.UnitId(epoch=e, seq=s)
-                                 for e, s in self.node.in_doubt_units()])
+                                 for e, s in self.node.prepared.listed()])
 
     async def Resolve(self, request: pb.Outcomes,
                       context: grpc.aio.ServicerContext) -> pb.HelloReply:
-        await self.node.resolve(list(request.outcomes))
+        await self.node.prepared.resolve(list(request.outcomes))
         return await self.Hello(pb.HelloRequest(), context)
 
     async def Directory(self, request: pb.DirectoryRequest,
@@ -65,9 +65,9 @@ class BackendServicer(rpc.BackendServicer):
         Each message down is handled completely (stage 1) before the next one is read.
         Replies queued while the stream was busy go back together in one message.
         """
-        if self.node.in_doubt:
+        if self.node.prepared.on_disk:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, (
-                f"backend {self.node.name} has {len(self.node.in_doubt)} prepared units "
+                f"backend {self.node.name} has {len(self.node.prepared.on_disk)} prepared units "
                 "to resolve first"))
         bus = BusOut()
         reader = asyncio.create_task(self._read_bus(request_iterator, bus))

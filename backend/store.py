@@ -138,14 +138,9 @@ class Store:
             upd.clusters.add(id=cid, file=file, descriptor_ids=json.loads(dids))
         return upd
 
-    def persist_directory(self, new: pb.DirectoryUpdate) -> None:
-        """Store the new parts of a directory update (writer thread), creating file tables."""
-        conn = self.writer()
-        with _transaction(conn):
-            self.persist_rows(conn, new)
-
     def persist_rows(self, conn: sqlite3.Connection, new: pb.DirectoryUpdate) -> None:
-        """Store directory rows inside the caller's transaction."""
+        """Store the new parts of a directory update inside the caller's transaction (the
+        writer's, `writer.py`), creating file tables."""
         for f in new.files:
             schema = file_schema_from_pb(f)
             # An upsert, not a replace: load_directory lists files in rowid order.

@@ -40,7 +40,7 @@ class Writer:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="recp-writer", daemon=True)
         self._thread.start()
-        self.groups = 0          # transactions committed (for tests and benchmarks)
+        self.groups = 0          # transactions committed (tests count them)
 
     def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
         """Run `fn(conn)` in the writer thread; its result once its group has committed."""

@@ -56,7 +56,6 @@ class Decisions:
         self._wake = asyncio.Event()
         self._io = ThreadPoolExecutor(1, thread_name_prefix="decision-log")
         self._task = asyncio.create_task(self._flush_loop())
-        self.flushes = 0
 
     async def commit(self, key: Key, participants: list[str]) -> None:
         """Decide commit: returns once the decision is on disk."""
@@ -118,7 +117,6 @@ class Decisions:
                 continue
             try:
                 await loop.run_in_executor(self._io, self._write, adds, drops)
-                self.flushes += 1
                 metrics.COMMIT_GROUP.labels("").observe(len(adds) + len(drops))
             except Exception as e:  # the decisions are not taken: their units abort
                 log.error("the decision log failed: %s", e)

@@ -1,0 +1,82 @@
+"""This backend's prepared units and PP's decisions on them (docs/commit.md).
+
+A unit is prepared when its writes, undo log and marker are committed (`undo.py`).
+Those found in the file at start are in doubt until the controller resolves them
+(the bus stays closed meanwhile); those prepared since wait, locks held, for the
+decision by bus or by Resolve. Carrying a decision out is the writer's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Future
+from functools import partial
+from typing import TypeVar
+
+from backend import undo
+from backend.state import TuState
+from backend.writer import Writer
+from mbds.directory import Directory
+from mbds.proto import mbds_pb2 as pb
+
+log = logging.getLogger("mbds.backend")
+
+T = TypeVar("T")
+RETRY_SECONDS = 1.0      # between attempts at carrying out a decision that failed
+
+
+async def settle(fut: Future[T]) -> T:
+    """The writer's result for a job, even if this task is cancelled meanwhile: what the
+    writer did must be known (a prepared unit must be decided)."""
+    wrapped = asyncio.wrap_future(fut)
+    while True:
+        try:
+            return await asyncio.shield(wrapped)
+        except asyncio.CancelledError:
+            if wrapped.done():
+                return wrapped.result()
+
+
+class PreparedUnits:
+    def __init__(self, writer: Writer, directory: Directory) -> None:
+        self.writer = writer
+        self.directory = directory
+        # Prepared before a restart, decision not heard: (epoch, seq) → marker.
+        self.on_disk: dict[undo.Key, int] = undo.in_doubt(writer.conn)
+        self.waiting: dict[undo.Key, TuState] = {}   # prepared since, awaiting decision
+
+    def listed(self) -> list[undo.Key]:
+        """Every unit still prepared here: its decision has not come, or is not yet
+        carried out (the controller keeps a decision until no backend lists it)."""
+        return [*self.on_disk, *self.waiting]
+
+    async def resolve(self, outcomes: list[pb.Outcome]) -> None:
+        """The controller's decisions on in-doubt units: each carried out, durably."""
+        for o in outcomes:
+            key = (o.unit.epoch, o.unit.seq)
+            st = self.waiting.get(key)
+            if st is not None:
+                if st.decision is not None and not st.decision.done():
+                    st.decision.set_result(o.commit)
+                if st.task is not None:
+                    await asyncio.wait([st.task])
+            elif key in self.on_disk:
+                await self.carry_out(self.on_disk[key], o.commit)
+                del self.on_disk[key]
+
+    async def carry_out(self, unit: int, commit: bool) -> None:
+        """Forget a prepared unit (commit) or undo it (abort), retrying what fails (a
+        full disk): the unit keeps its locks until it is done."""
+        while True:
+            try:
+                if commit:
+                    await settle(self.writer.submit(partial(undo.forget, unit=unit)))
+                else:
+                    await settle(self.writer.submit(
+                        partial(undo.roll_back, unit=unit, files=dict(self.directory.files))))
+                return
+            except Exception as e:
+                log.error("%s of prepared unit %d failed, retrying: %s",
+                          "commit" if commit else "roll-back", unit, e)
+                await asyncio.sleep(RETRY_SECONDS)
