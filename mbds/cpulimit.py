@@ -14,7 +14,7 @@ V2_ROOT = Path("/sys/fs/cgroup")
 V1_ROOT = Path("/sys/fs/cgroup/cpu")
 # A short enforcement period, so a budget behaves like a slower CPU rather than bursts
 # of full speed and throttled pauses (which add jitter to short requests); shorter
-# periods cost more than they smooth (docs/results/README.md, "Noise").
+# periods cost more than they smooth (docs/benchmarks.md, "Noise").
 PERIOD_US = 10_000
 MIN_QUOTA_US = 1000        # the kernel's least quota
 

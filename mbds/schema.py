@@ -21,7 +21,7 @@ TYPES = ("integer", "float", "string")
 # FILE is every record's first keyword; BODY is the record body's result key.
 RESERVED = {"FILE", "BODY", "ALL", "AND", "OR", "BY", "COMMON", "INSERT", "DELETE", "UPDATE",
             "RETRIEVE", "AVG", "COUNT", "SUM", "MIN", "MAX"}
-# What one definition may hold; each bound is refused with its limit named (README,
+# What one definition may hold; each bound is refused with its limit named (docs/abdl.md,
 # "Database definitions").
 MAX_DEFINITION = 1 << 20       # characters of definition text
 MAX_FILES = 256                # files in one definition
