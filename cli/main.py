@@ -17,6 +17,7 @@ COMMANDS = {
     "backend": "cli.services:backend",
     "controller": "cli.services:controller",
     "up": "cli.services:up",
+    "certs": "cli.certs:certs",
     "health": "cli.services:health",
     "exec": "cli.database:exec_",
     "define": "cli.database:define",

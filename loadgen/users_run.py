@@ -13,7 +13,8 @@ import asyncio
 import time
 
 from loadgen.hist import Hist
-from mbds.client import AsyncClient, ClientError
+from mbds.async_client import AsyncClient
+from mbds.client import ClientError
 
 TIMEOUT_S = 120.0
 

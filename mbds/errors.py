@@ -52,3 +52,9 @@ class TrafficUnitAborted(MbdsError):
     """A traffic unit was rolled back (a backend failed it, or it was cancelled)."""
 
     code = grpc.StatusCode.ABORTED
+
+
+class PermissionDenied(MbdsError):
+    """The client's token may not do what its request asks (a read-only token writing)."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED

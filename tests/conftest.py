@@ -12,6 +12,7 @@ from mbds.client import Client
 from mbds.cluster import LocalCluster
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.tls import Identity
 
 CENSUS_YAML = """
 files:
@@ -57,11 +58,21 @@ def start_cluster(data_dir: Path, n: int, **kw: object) -> Running:
     return Running(cluster)
 
 
+def internal_channel(cluster: LocalCluster, address: str, as_role: str = "controller",
+                     to_role: str = "backend") -> grpc.Channel:
+    """A channel to a cluster's internal service as a process of `as_role` opens it: with
+    that role's certificate (plaintext when the cluster runs without TLS)."""
+    if cluster.tls_dir is None:
+        return grpc.insecure_channel(address)
+    creds, options = Identity.load(cluster.tls_dir, as_role).channel(to_role)
+    return grpc.secure_channel(address, creds, options=options)
+
+
 def backend_digests(r: Running) -> list[str]:
     """Each backend's own directory fingerprint, asked over gRPC."""
     out = []
     for p in r.cluster.backends:
-        with grpc.insecure_channel(p.address or "") as ch:
+        with internal_channel(r.cluster, p.address or "") as ch:
             out.append(rpc.BackendStub(ch).Hello(pb.HelloRequest(), timeout=10).directory_digest)
     return out
 

@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from mbds.client import AsyncClient, Client, ClientError
+from mbds.async_client import AsyncClient
+from mbds.client import Client, ClientError
 from tests.conftest import CENSUS_YAML
 
 INSERT = "INSERT (<FILE, Census>, <CITY, '{c}'>, <POP, {p}>, <STATE, CA>, <AREA, 1.5>)"

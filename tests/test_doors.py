@@ -14,7 +14,7 @@ import pytest
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.values import to_pb
-from tests.conftest import CENSUS_YAML, Running
+from tests.conftest import CENSUS_YAML, Running, internal_channel
 from tests.crashes import retry
 
 ROWS = "[" + "; ".join(f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i}>, <STATE, CA>)"
@@ -33,15 +33,17 @@ def contents(r: Running) -> list:
     return sorted(tuple(x.values()) for x in res.records)
 
 
-def forged_bus(address: str, units: list[pb.TrafficUnit]) -> list[pb.BackendReply]:
-    """A bus of our own to a backend: its hello, then `units`; every reply to them."""
+def forged_bus(r: Running, address: str, units: list[pb.TrafficUnit]
+               ) -> list[pb.BackendReply]:
+    """A bus of our own to a backend, opened with the controller's certificate (a receiver
+    checks what it gets whoever sent it): its hello, then `units`; every reply to them."""
     out: queue.Queue[pb.BusBatch | None] = queue.Queue()
     out.put(pb.BusBatch(messages=[pb.BusMessage(hello=pb.BusHello(
         epoch="forged", backend_index=0, peers=[address]))]))
     for tu in units:
         out.put(pb.BusBatch(messages=[pb.BusMessage(traffic_unit=tu)]))
     replies: list[pb.BackendReply] = []
-    with grpc.insecure_channel(address) as ch:
+    with internal_channel(r.cluster, address) as ch:
         call = rpc.BackendStub(ch).Bus(iter(out.get, None), timeout=30)
         for batch in call:
             replies += batch.replies
@@ -78,14 +80,14 @@ def test_a_backend_refuses_names_its_directory_lacks_and_keeps_its_bus(cluster_f
     good_query = every_cluster("CENSUS")
     good_query.targets.add(attr="CITY")
     good = pb.TrafficUnit(seq=4, requests=[pb.Request(op=pb.RETRIEVE, retrieval=good_query)])
-    replies = forged_bus(address, [inject, peek, wrong_type, good])
+    replies = forged_bus(r, address, [inject, peek, wrong_type, good])
     errors = {x.seq: x.error for x in replies if x.WhichOneof("body") == "error"}
     assert "has no attribute 'AREA\" = 1, \"CITY'" in errors[1]
     assert "no file of the query has attribute '(SELECT value FROM meta)'" in errors[2]
     assert "POP is integer, got str" in errors[3]
     assert 4 not in errors and any(x.seq == 4 and x.committed for x in replies)
-    # Our hello took over the backend's bus configuration (no authentication yet): a
-    # controller started again gives it back, and finds nothing changed.
+    # Our hello, sent with the controller's certificate, took over the backend's bus
+    # configuration: a controller started again gives it back, and finds nothing changed.
     assert r.cluster.controller is not None
     r.cluster.controller.stop()
     r.cluster.restart_controller()
@@ -98,7 +100,7 @@ def test_a_directory_update_with_a_value_of_the_wrong_type_is_refused(cluster_fa
     address = r.cluster.backends[0].address or ""
     bad = pb.DirectoryUpdate(descriptors=[pb.Descriptor(
         id=10_000, file="CENSUS", attr="POP", kind="C", value=to_pb("x", pb.Value()))])
-    with grpc.insecure_channel(address) as ch:
+    with internal_channel(r.cluster, address) as ch:
         with pytest.raises(grpc.RpcError) as err:
             rpc.BackendStub(ch).ApplyDirectory(bad, timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -127,7 +129,7 @@ def test_iig_is_not_on_the_client_port_and_checks_what_it_places(cluster_factory
     assert internal != r.cluster.address
     wrong = pb.PlaceRequest(file="CENSUS", directory_values=[
         to_pb(v, pb.Value()) for v in ("CENSUS", "new", "five", "CA")])
-    with grpc.insecure_channel(internal) as ch:
+    with internal_channel(r.cluster, internal, "backend", "controller") as ch:
         assert rpc.IigStub(ch).Place(request, timeout=10).cluster_id > 0
         with pytest.raises(grpc.RpcError) as err:
             rpc.IigStub(ch).Place(wrong, timeout=10)

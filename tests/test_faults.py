@@ -18,7 +18,7 @@ from mbds import faults
 from mbds.client import ClientError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from tests.conftest import CENSUS_YAML, Running
+from tests.conftest import CENSUS_YAML, Running, internal_channel
 from tests.crashes import retry
 
 # Three new type-C values: three new clusters, IIG puts their first records on three
@@ -47,7 +47,7 @@ def prepared_left(r: Running) -> dict[str, int]:
 
 
 def hello(r: Running, i: int) -> pb.HelloReply:
-    with grpc.insecure_channel(r.cluster.backends[i].address or "") as ch:
+    with internal_channel(r.cluster, r.cluster.backends[i].address or "") as ch:
         return rpc.BackendStub(ch).Hello(pb.HelloRequest(), timeout=10)
 
 
@@ -162,7 +162,7 @@ def test_a_restarted_backend_serves_nothing_before_its_units_are_resolved(cluste
     assert r.cluster.backends[1].popen.wait(30) == 0      # stopped, not killed at the end
     r.cluster.restart_backend(1)
     [unit] = hello(r, 1).in_doubt
-    with grpc.insecure_channel(r.cluster.backends[1].address or "") as ch:
+    with internal_channel(r.cluster, r.cluster.backends[1].address or "") as ch:
         with pytest.raises(grpc.RpcError) as err:
             next(iter(rpc.BackendStub(ch).Bus(iter([pb.BusBatch()]), timeout=10)))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -9,7 +9,6 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-import grpc
 import pytest
 
 from backend import dm, recp
@@ -18,7 +17,7 @@ from mbds.client import ClientError
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from tests.conftest import Running, backend_digests
+from tests.conftest import Running, backend_digests, internal_channel
 
 DEF = """
 files:
@@ -54,7 +53,7 @@ def _recp(r: Running, i: int, query: str) -> tuple[list[tuple], list[str]]:
     the plan on backend i's SQLite file (read-only) with every statement it executes
     traced. Returns RECP's rows and the plan SQLite made for each traced statement.
     """
-    with grpc.insecure_channel(r.cluster.backends[i].address or "") as ch:
+    with internal_channel(r.cluster, r.cluster.backends[i].address or "") as ch:
         reply = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10)
     directory = Directory()
     directory.apply(reply.directory)
