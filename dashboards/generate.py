@@ -6,12 +6,14 @@ are defined here, the panel and dashboard builders are in grafana.py beside it.
     python dashboards/generate.py --check    # exit 1 if the committed JSON is stale
     python dashboards/generate.py --out DIR  # write somewhere else
 
-Plain Python, no network, no third-party package: small typed builders
-produce Grafana 11.2 dashboard JSON (schemaVersion 39) with stable ids, grid
-positions and key order, so the output is committed and diffs stay readable.
-Every query goes to the provisioned Prometheus datasource, uid `mbds-prometheus`
-(dashboards/provisioning/datasources/prometheus.yaml). Metric names and labels:
-mbds/metrics.py and docs/observability.md.
+Built with Grafana's foundation SDK (grafana-foundation-sdk, pinned in
+pyproject.toml to the release for Grafana 11.2): dashboard JSON of schemaVersion 39
+with stable ids, grid positions and key order, so the output is committed and diffs
+stay readable; tests/test_dashboards.py validates it against the SDK's JSON schema
+(dashboards/schema/). Every query goes to the data source of the `datasource`
+variable, by default the provisioned Prometheus, uid `mbds-prometheus`
+(dashboards/provisioning/datasources/prometheus.yaml), so the files also import
+into any Grafana. Metric names and labels: mbds/metrics.py and docs/observability.md.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from grafana import (  # dashboards/grafana.py: this script's folder is on sys.p
     table,
     timeseries,
 )
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 
 def overview() -> Dashboard:
@@ -238,7 +241,7 @@ DASHBOARDS = {"overview": overview, "handlers": handlers, "backends": backends,
 
 
 def render(d: Dashboard) -> str:
-    return json.dumps(d.to_json(), indent=2, sort_keys=True) + "\n"
+    return json.dumps(d.build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
 
 
 def generate() -> dict[str, str]:

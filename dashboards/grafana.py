@@ -1,7 +1,10 @@
-"""Typed builders for Grafana 11.2 dashboard JSON (schemaVersion 39): targets, panels,
-variables, dashboards with stable ids and grid positions, and the PromQL helpers
-the MBDS dashboards share. Plain Python, no third-party package; the dashboards
-themselves are in generate.py.
+"""The panels, variables and PromQL helpers the MBDS dashboards share, on Grafana's
+foundation SDK (grafana-foundation-sdk, the release generated for Grafana 11.2,
+the version docker-compose.yml runs). The dashboards themselves are in generate.py.
+
+Every query goes to the data source picked by the dashboard's `datasource` variable
+(type prometheus), so the JSON imports into any Grafana; its default is the
+provisioned Prometheus (dashboards/provisioning/datasources/prometheus.yaml).
 """
 
 from __future__ import annotations
@@ -10,20 +13,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-DATASOURCE_UID = "mbds-prometheus"
-DATASOURCE = {"type": "prometheus", "uid": DATASOURCE_UID}
-SCHEMA_VERSION = 39            # Grafana 11.2
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import heatmap as hb
+from grafana_foundation_sdk.builders import piechart as pb
+from grafana_foundation_sdk.builders import prometheus as prom
+from grafana_foundation_sdk.builders import stat as sb
+from grafana_foundation_sdk.builders import table as tb
+from grafana_foundation_sdk.builders import timeseries as tsb
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
+from grafana_foundation_sdk.models import piechart as pcm
+from grafana_foundation_sdk.models import prometheus as pm
+
+DATASOURCE_VAR = "datasource"
+# The provisioned Prometheus: the datasource variable's default.
+PROVISIONED_UID, PROVISIONED_NAME = "mbds-prometheus", "Prometheus"
+DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VAR}}}")
 GRID_WIDTH = 24
 OUT_DIR = Path(__file__).resolve().parent / "json"
-PANEL_TYPES = ("row", "timeseries", "stat", "table", "heatmap", "piechart", "bargauge")
 QUANTILES = (("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99"))
 RI = "$__rate_interval"
 RECORDS_PER_S = "suffix: rec/s"
+REF_IDS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-Json = dict[str, Any]
+PanelBuilder = Builder[dm.Panel]
 
 
-# --------------------------------------------------------------- builders --
+# --------------------------------------------------------------- targets --
 @dataclass
 class Target:
     expr: str
@@ -31,109 +50,114 @@ class Target:
     instant: bool = False
     format: str = "time_series"          # or "table", "heatmap"
 
-    def to_json(self, ref_id: str) -> Json:
-        return {"datasource": DATASOURCE, "editorMode": "code", "expr": self.expr,
-                "format": self.format, "instant": self.instant, "legendFormat": self.legend,
-                "range": not self.instant, "refId": ref_id}
+    def build(self, ref_id: str) -> prom.Dataquery:
+        q = (prom.Dataquery().expr(self.expr).legend_format(self.legend).ref_id(ref_id)
+             .datasource(DATASOURCE).editor_mode(pm.QueryEditorMode.CODE)
+             .format(pm.PromQueryFormat(self.format)))
+        return q.instant() if self.instant else q.range()
 
 
-@dataclass
-class Panel:
-    title: str
-    type: str
-    targets: list[Target] = field(default_factory=list)
-    w: int = 12
-    h: int = 8
-    unit: str = ""
-    description: str = ""
-    options: Json = field(default_factory=dict)
-    defaults: Json = field(default_factory=dict)       # extra fieldConfig.defaults
-    overrides: list[Json] = field(default_factory=list)
-    transformations: list[Json] = field(default_factory=list)
-    repeat: str = ""                                   # a row repeated per variable value
-
-    def __post_init__(self) -> None:
-        assert self.type in PANEL_TYPES, self.type
-        assert 0 < self.w <= GRID_WIDTH
+def _with_targets(panel: Any, targets: tuple[Target, ...] | list[Target]) -> Any:
+    for i, t in enumerate(targets):
+        panel = panel.with_target(t.build(REF_IDS[i]))
+    return panel.datasource(DATASOURCE)
 
 
-def row(title: str, repeat: str = "") -> Panel:
-    return Panel(title, "row", w=GRID_WIDTH, h=1, repeat=repeat)
+# ---------------------------------------------------------------- panels --
+def row(title: str, repeat: str = "") -> db.Row:
+    r = db.Row(title).collapsed(False)
+    return r.repeat(repeat) if repeat else r
 
 
-def _legend(calcs: list[str]) -> Json:
-    return {"calcs": calcs, "displayMode": "table", "placement": "bottom", "showLegend": True}
+def _legend(calcs: list[str], placement: cm.LegendPlacement) -> cb.VizLegendOptions:
+    return (cb.VizLegendOptions().calcs(calcs).display_mode(cm.LegendDisplayMode.TABLE)
+            .placement(placement).show_legend(True))
 
 
 def timeseries(title: str, *targets: Target, unit: str = "s", w: int = 12, h: int = 8,
-               description: str = "", stack: bool = False) -> Panel:
-    custom: Json = {"drawStyle": "line", "fillOpacity": 10 if not stack else 40,
-                    "lineWidth": 1, "showPoints": "never", "spanNulls": True}
+               description: str = "", stack: bool = False) -> tsb.Panel:
+    p = (tsb.Panel().title(title).description(description).span(w).height(h).unit(unit)
+         .draw_style(cm.GraphDrawStyle.LINE).fill_opacity(40 if stack else 10).line_width(1)
+         .show_points(cm.VisibilityMode.NEVER).span_nulls(True)
+         .legend(_legend(["mean", "max", "lastNotNull"], cm.LegendPlacement.BOTTOM))
+         .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI)
+                  .sort(cm.SortOrder.DESCENDING)))
     if stack:
-        custom["stacking"] = {"group": "A", "mode": "normal"}
-    return Panel(title, "timeseries", list(targets), w=w, h=h, unit=unit,
-                 description=description, defaults={"custom": custom},
-                 options={"legend": _legend(["mean", "max", "lastNotNull"]),
-                          "tooltip": {"mode": "multi", "sort": "desc"}})
+        p = p.stacking(cb.StackingConfig().group("A").mode(cm.StackingMode.NORMAL))
+    return _with_targets(p, targets)
+
+
+def _reduce_last() -> cb.ReduceDataOptions:
+    return cb.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
 
 
 def stat(title: str, target: Target, *, unit: str = "none", w: int = 6, h: int = 4,
-         description: str = "", decimals: int | None = None) -> Panel:
-    defaults: Json = {"color": {"mode": "thresholds"},
-                      "thresholds": {"mode": "absolute",
-                                     "steps": [{"color": "green", "value": None}]}}
+         description: str = "", decimals: int | None = None) -> sb.Panel:
+    p = (sb.Panel().title(title).description(description).span(w).height(h).unit(unit)
+         .color_scheme(db.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS))
+         .thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE)
+                     .steps([dm.Threshold(value=None, color="green")]))
+         .color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.AREA)
+         .justify_mode(cm.BigValueJustifyMode.AUTO).orientation(cm.VizOrientation.AUTO)
+         .text_mode(cm.BigValueTextMode.AUTO).reduce_options(_reduce_last()))
     if decimals is not None:
-        defaults["decimals"] = decimals
-    return Panel(title, "stat", [target], w=w, h=h, unit=unit, description=description,
-                 defaults=defaults,
-                 options={"colorMode": "value", "graphMode": "area", "justifyMode": "auto",
-                          "orientation": "auto", "textMode": "auto",
-                          "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
-                                            "values": False}})
+        p = p.decimals(decimals)
+    return _with_targets(p, [target])
 
 
-def heatmap(title: str, expr: str, *, w: int = 24, h: int = 9, description: str = "") -> Panel:
+def heatmap(title: str, expr: str, *, w: int = 24, h: int = 9,
+            description: str = "") -> hb.Panel:
     """A Prometheus histogram's buckets over time (`expr` sums a _bucket rate by le)."""
-    return Panel(title, "heatmap", [Target(expr, legend="{{le}}", format="heatmap")], w=w, h=h,
-                 unit="s", description=description,
-                 options={"calculate": False, "cellGap": 1,
-                          "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64,
-                                    "exponent": 0.5, "fill": "dark-orange", "reverse": False},
-                          "filterValues": {"le": 1e-9}, "legend": {"show": True},
-                          "rowsFrame": {"layout": "auto"},
-                          "tooltip": {"mode": "single", "yHistogram": True},
-                          "yAxis": {"axisPlacement": "left", "unit": "s"}})
+    p = (hb.Panel().title(title).description(description).span(w).height(h).unit("s")
+         .calculate(False).cell_gap(1)
+         .color(hb.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges")
+                .steps(64).exponent(0.5).fill("dark-orange").reverse(False))
+         .filter_values(hb.FilterValueRange().le(1e-9)).show_legend()
+         .rows_frame(hb.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.AUTO))
+         .mode(cm.TooltipDisplayMode.SINGLE).show_y_histogram()
+         .y_axis(hb.YAxisConfig().axis_placement(cm.AxisPlacement.LEFT).unit("s")))
+    return _with_targets(p, [Target(expr, legend="{{le}}", format="heatmap")])
 
 
 def piechart(title: str, target: Target, *, w: int = 8, h: int = 8,
-             description: str = "") -> Panel:
-    return Panel(title, "piechart", [target], w=w, h=h, unit="none", description=description,
-                 options={"displayLabels": ["percent"], "pieType": "pie",
-                          "legend": {"displayMode": "table", "placement": "right",
-                                     "showLegend": True, "values": ["value", "percent"]},
-                          "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
-                                            "values": False},
-                          "tooltip": {"mode": "single", "sort": "none"}})
+             description: str = "") -> pb.Panel:
+    p = (pb.Panel().title(title).description(description).span(w).height(h).unit("none")
+         .display_labels([pcm.PieChartLabels.PERCENT]).pie_type(pcm.PieChartType.PIE)
+         .legend(pb.PieChartLegendOptions().display_mode(cm.LegendDisplayMode.TABLE)
+                 .placement(cm.LegendPlacement.RIGHT).show_legend(True)
+                 .values([pcm.PieChartLegendValues.VALUE, pcm.PieChartLegendValues.PERCENT]))
+         .reduce_options(_reduce_last())
+         .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.SINGLE)
+                  .sort(cm.SortOrder.NONE)))
+    return _with_targets(p, [target])
 
 
 def table(title: str, *targets: Target, rename: dict[str, str], columns: list[str],
           unit_by_column: dict[str, str], w: int = 24, h: int = 16,
-          description: str = "", sort_by: str = "") -> Panel:
+          description: str = "", sort_by: str = "") -> tb.Panel:
     """Instant table targets merged on their labels into one table."""
-    order = {name: i for i, name in enumerate(columns)}
-    overrides = [{"matcher": {"id": "byName", "options": col},
-                  "properties": [{"id": "unit", "value": unit}, {"id": "decimals", "value": 3}]}
-                 for col, unit in unit_by_column.items()]
-    return Panel(title, "table", list(targets), w=w, h=h, description=description,
-                 overrides=overrides,
-                 options={"cellHeight": "sm", "showHeader": True,
-                          "footer": {"show": False, "reducer": ["sum"], "fields": ""},
-                          "sortBy": [{"displayName": sort_by, "desc": True}] if sort_by else []},
-                 transformations=[
-                     {"id": "merge", "options": {}},
-                     {"id": "organize", "options": {"excludeByName": {"Time": True},
-                                                    "indexByName": order,
-                                                    "renameByName": rename}}])
+    p = (tb.Panel().title(title).description(description).span(w).height(h)
+         .cell_height(cm.TableCellHeight.SM).show_header(True)
+         .footer(cb.TableFooterOptions().show(False).reducer(["sum"]))
+         .sort_by([cb.TableSortByFieldState().display_name(sort_by).desc(True)]
+                  if sort_by else [])
+         .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+         .with_transformation(dm.DataTransformerConfig(id_val="organize", options={
+             "excludeByName": {"Time": True},
+             "indexByName": {name: i for i, name in enumerate(columns)},
+             "renameByName": rename})))
+    for col, unit in unit_by_column.items():
+        p = p.override_by_name(col, [dm.DynamicConfigValue(id_val="unit", value=unit),
+                                     dm.DynamicConfigValue(id_val="decimals", value=3)])
+    return _with_targets(p, targets)
+
+
+# ------------------------------------------------------------- variables --
+def datasource_variable() -> db.DatasourceVariable:
+    """Which Prometheus every query goes to; the provisioned one unless the user picks."""
+    return (db.DatasourceVariable(DATASOURCE_VAR).label("Data source").type("prometheus")
+            .current(dm.VariableOption(selected=True, text=PROVISIONED_NAME,
+                                       value=PROVISIONED_UID)))
 
 
 @dataclass
@@ -144,86 +168,50 @@ class Variable:
     metric: str
     multi: bool = True
 
-    def to_json(self) -> Json:
-        query = f"label_values({self.metric}, {self.name})"
-        return {"allValue": ".*", "current": {"selected": True, "text": ["All"],
-                                              "value": ["$__all"]},
-                "datasource": DATASOURCE, "definition": query, "hide": 0, "includeAll": True,
-                "label": self.label, "multi": self.multi, "name": self.name, "options": [],
-                "query": {"qryType": 1, "query": query,
-                          "refId": "PrometheusVariableQueryEditor-VariableQuery"},
-                "refresh": 2, "regex": "", "skipUrlSync": False, "sort": 1, "type": "query"}
+    def build(self) -> db.QueryVariable:
+        return (db.QueryVariable(self.name).label(self.label).datasource(DATASOURCE)
+                .query(f"label_values({self.metric}, {self.name})")
+                .current(dm.VariableOption(selected=True, text=["All"], value=["$__all"]))
+                .include_all(True).all_value(".*").multi(self.multi).regex("")
+                .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+                .sort(dm.VariableSort.ALPHABETICAL_ASC))
 
 
+# ------------------------------------------------------------- dashboard --
 @dataclass
 class Dashboard:
     uid: str
     title: str
     description: str
-    panels: list[Panel]
+    panels: list[PanelBuilder | db.Row]
     variables: list[Variable] = field(default_factory=list)
     time_from: str = "now-15m"
 
-    def layout(self) -> list[Json]:
-        """Ids 1, 2, … in order; panels flow left to right and wrap at 24 columns."""
-        out: list[Json] = []
-        x = y = row_h = 0
-        for pid, p in enumerate(self.panels, start=1):
-            if p.type == "row" or x + p.w > GRID_WIDTH:
-                x, y, row_h = 0, y + row_h, 0
-            grid = {"h": p.h, "w": p.w, "x": x, "y": y}
-            x, row_h = x + p.w, max(row_h, p.h)
-            if p.type == "row":
-                x, y, row_h = 0, y + p.h, 0
-            out.append(self._panel(pid, p, grid))
+    def build(self) -> dm.Dashboard:
+        d = (db.Dashboard(self.title).uid(self.uid).description(self.description)
+             .tags(["mbds"]).editable().tooltip(dm.DashboardCursorSync.CROSSHAIR)
+             .refresh("10s").time(self.time_from, "now").timezone("").week_start("")
+             .fiscal_year_start_month(0).version(1)
+             .link(db.DashboardLink("MBDS dashboards").type(dm.DashboardLinkType.DASHBOARDS)
+                   .tags(["mbds"]).as_dropdown(False).include_vars(False).keep_time(True)
+                   .target_blank(False).icon("external link"))
+             .with_variable(datasource_variable()))
+        for v in self.variables:
+            d = d.with_variable(v.build())
+        for p in self.panels:
+            if isinstance(p, db.Row):
+                d = d.with_row(p)
+            else:
+                assert 0 < p.build().grid_pos.w <= GRID_WIDTH
+                d = d.with_panel(p)
+        out = d.build()
+        # Stable ids 1, 2, … in order (the SDK leaves them to Grafana).
+        for pid, panel in enumerate(out.panels or [], start=1):
+            panel.id_val = pid
         return out
 
-    @staticmethod
-    def _panel(pid: int, p: Panel, grid: Json) -> Json:
-        if p.type == "row":
-            j: Json = {"collapsed": False, "gridPos": grid, "id": pid, "panels": [],
-                       "title": p.title, "type": "row"}
-            if p.repeat:
-                j["repeat"] = p.repeat
-            return j
-        refs = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-        defaults: Json = {"unit": p.unit, **p.defaults} if p.unit else dict(p.defaults)
-        j = {"datasource": DATASOURCE, "description": p.description,
-             "fieldConfig": {"defaults": defaults, "overrides": p.overrides},
-             "gridPos": grid, "id": pid, "options": p.options,
-             "targets": [t.to_json(refs[i]) for i, t in enumerate(p.targets)],
-             "title": p.title, "type": p.type}
-        if p.transformations:
-            j["transformations"] = p.transformations
-        return j
 
-    def to_json(self) -> Json:
-        return {
-            "annotations": {"list": []},
-            "description": self.description,
-            "editable": True,
-            "fiscalYearStartMonth": 0,
-            "graphTooltip": 1,
-            "id": None,
-            "links": [{"asDropdown": False, "icon": "external link", "includeVars": False,
-                       "keepTime": True, "tags": ["mbds"], "targetBlank": False,
-                       "title": "MBDS dashboards", "type": "dashboards"}],
-            "panels": self.layout(),
-            "refresh": "10s",
-            "schemaVersion": SCHEMA_VERSION,
-            "tags": ["mbds"],
-            "templating": {"list": [v.to_json() for v in self.variables]},
-            "time": {"from": self.time_from, "to": "now"},
-            "timepicker": {},
-            "timezone": "",
-            "title": self.title,
-            "uid": self.uid,
-            "version": 1,
-            "weekStart": "",
-        }
-
-
-# ------------------------------------------------------------- dashboards --
+# ---------------------------------------------------------------- PromQL --
 def selector(**labels: str) -> str:
     """A label selector; values starting with '$' become regex matches of the variable."""
     parts = [f'{k}=~"{v}"' if v.startswith("$") or "|" in v else f'{k}="{v}"'

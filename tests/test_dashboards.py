@@ -1,8 +1,10 @@
-"""The Grafana dashboards: committed JSON is the generator's output, and well formed.
+"""The Grafana dashboards: committed JSON is the generator's output, valid against
+Grafana's published dashboard JSON schema, and well formed.
 
-No Grafana needed: structure only (ids, grid, datasource, queries, variables) and
-the provisioning files that tie the JSON to the compose deployment. Whether the
-queries return data is tests/test_prometheus.py's job.
+No Grafana needed: the schema (dashboards/schema/, from Grafana's foundation SDK),
+structure (ids, grid, datasource variable, queries, variables) and the provisioning
+files that tie the JSON to the compose deployment. Whether the queries return data
+is tests/test_prometheus.py's job.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from itertools import combinations
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -21,17 +24,19 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "dashboards" / "generate.py"
 JSON_DIR = ROOT / "dashboards" / "json"
 PROVISIONING = ROOT / "dashboards" / "provisioning"
+SCHEMA_DIR = ROOT / "dashboards" / "schema"
+DATASOURCE = "${datasource}"
 PANEL_TYPES = {"row", "timeseries", "stat", "table", "heatmap", "piechart", "bargauge"}
 MACROS = {"$__rate_interval", "$__interval", "$__range"}
 FILES = sorted(JSON_DIR.glob("*.json"))
 
 
-def provisioned_uid() -> str:
+def provisioned_datasource() -> dict:
     doc = yaml.safe_load((PROVISIONING / "datasources" / "prometheus.yaml").read_text())
     [ds] = doc["datasources"]
     assert ds["type"] == "prometheus"
     assert ds["url"] == "http://prometheus:9090"     # the compose service
-    return ds["uid"]
+    return ds
 
 
 def dashboard_path() -> str:
@@ -72,9 +77,8 @@ def test_dashboard_structure(path: Path) -> None:
     text = path.read_text()
     d = json.loads(text)
     assert text == json.dumps(d, indent=2, sort_keys=True) + "\n", "stable key order"
-    uid = provisioned_uid()
     assert d["uid"].startswith("mbds-") and len(d["uid"]) <= 40
-    assert d["schemaVersion"] == 39 and d["id"] is None and d["title"]
+    assert d["schemaVersion"] == 39 and "id" not in d and d["title"]
 
     panels = all_panels(d)
     ids = [p["id"] for p in panels]
@@ -82,9 +86,16 @@ def test_dashboard_structure(path: Path) -> None:
     assert all(isinstance(i, int) and i > 0 for i in ids)
 
     variables = {v["name"]: v for v in d["templating"]["list"]}
-    for v in variables.values():
-        assert v["datasource"]["uid"] == uid
-        assert re.fullmatch(r"label_values\(\w+, *\w+\)", v["query"]["query"]), v["query"]
+    # The first variable picks the data source; it defaults to the provisioned one.
+    first, *queries = d["templating"]["list"]
+    ds = provisioned_datasource()
+    assert (first["name"], first["type"], first["query"]) == ("datasource", "datasource",
+                                                              "prometheus")
+    assert first["current"]["value"] == ds["uid"] and first["current"]["text"] == ds["name"]
+    for v in queries:
+        assert v["type"] == "query"
+        assert v["datasource"] == {"type": "prometheus", "uid": DATASOURCE}
+        assert re.fullmatch(r"label_values\(\w+, *\w+\)", v["query"]), v["query"]
         assert v["allValue"] == ".*"
 
     boxes = []
@@ -99,12 +110,12 @@ def test_dashboard_structure(path: Path) -> None:
             assert p["repeat"] in variables
         if p["type"] == "row":
             continue
-        assert p["datasource"]["uid"] == uid, p["title"]
+        assert p["datasource"] == {"type": "prometheus", "uid": DATASOURCE}, p["title"]
         assert p["targets"], p["title"]
         refs = [t["refId"] for t in p["targets"]]
         assert len(refs) == len(set(refs))
         for t in p["targets"]:
-            assert t["datasource"]["uid"] == uid
+            assert t["datasource"] == {"type": "prometheus", "uid": DATASOURCE}
             expr = t.get("expr", "")
             assert expr.strip(), f"{p['title']}: target {t['refId']} has no expr"
             assert expr.count("(") == expr.count(")"), expr
@@ -143,3 +154,114 @@ def test_compose_mounts_what_the_provisioning_expects() -> None:
     assert mounts.get(dashboard_path()) == "./dashboards/json"
     assert mounts.get("/etc/grafana/provisioning") == "./dashboards/provisioning"
     assert "prometheus" in compose["services"]
+
+
+# ------------------------------------------------------------- the schema --
+# Where Grafana 11.2's published schema is narrower than the JSON Grafana writes and
+# reads: (schema file, definition, property, the types allowed here or None for any, why).
+WIDENED = [
+    ("dashboard", "Threshold", "value", ["number", "null"],
+     "a base step's value is -Infinity, written as null (the schema's own description)"),
+    ("dashboard", "MatcherConfig", "options", None,
+     "Grafana's `options?: _` is any value; byName takes the field name, a string "
+     "(as the SDK's own override_by_name writes it)"),
+    ("dashboard", "DynamicConfigValue", "value", None,
+     "Grafana's `value?: _` is any value: a unit is a string, decimals a number"),
+]
+
+
+def schema(name: str) -> dict:
+    doc = json.loads((SCHEMA_DIR / f"{name}.jsonschema.json").read_text())
+    for file, definition, prop, allowed, _why in WIDENED:
+        if file == name:
+            spec = doc["definitions"][definition]["properties"][prop]
+            spec.pop("additionalProperties", None)
+            spec.pop("type")
+            if allowed is not None:
+                spec["type"] = allowed
+    return doc
+
+
+def validator(name: str, definition: str | None = None) -> jsonschema.Draft7Validator:
+    doc = schema(name)
+    if definition is not None:
+        doc = {**doc, "$ref": f"#/definitions/{definition}"}
+    jsonschema.Draft7Validator.check_schema(doc)
+    return jsonschema.Draft7Validator(doc)
+
+
+def schema_errors(d: dict) -> list[str]:
+    """Every place `d` breaks the dashboard schema, a panel plugin's options or field
+    config schema, or the Prometheus query schema."""
+    def where(e: jsonschema.ValidationError) -> str:
+        return f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
+    errors = [where(e) for e in validator("dashboard").iter_errors(d)]
+    query = validator("prometheus")
+    for p in all_panels(d):
+        if p["type"] == "row":
+            continue
+        plugin = schema(p["type"])["definitions"]
+        errors += [f"{p['title']}: options {where(e)}"
+                   for e in validator(p["type"], "Options").iter_errors(p.get("options", {}))]
+        custom = p.get("fieldConfig", {}).get("defaults", {}).get("custom")
+        if custom is not None:
+            assert "FieldConfig" in plugin, p["type"]
+            errors += [f"{p['title']}: custom {where(e)}"
+                       for e in validator(p["type"], "FieldConfig").iter_errors(custom)]
+        for t in p.get("targets", []):
+            errors += [f"{p['title']}: target {t.get('refId')} {where(e)}"
+                       for e in query.iter_errors(t)]
+    return errors
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_dashboard_is_valid_against_grafanas_schema(path: Path) -> None:
+    errors = schema_errors(json.loads(path.read_text()))
+    assert not errors, "\n".join(errors)
+
+
+def test_schema_rejects_what_grafana_would_not_read() -> None:
+    """The validation has teeth: one wrong field anywhere is found and named."""
+    d = json.loads((JSON_DIR / "overview.json").read_text())
+    assert not schema_errors(d)
+    stat, ts = d["panels"][0], d["panels"][5]
+    assert (stat["type"], ts["type"]) == ("stat", "timeseries")
+    cases = [
+        (d, "refresh", 10),                                   # a string: "10s"
+        (d["panels"][4], "collapsed", "no"),                  # a row's flag
+        (stat["options"], "graphMode", "sparkline"),          # not a BigValueGraphMode
+        (ts["options"]["legend"], "displayMode", "grid"),     # not a LegendDisplayMode
+        (ts["fieldConfig"]["defaults"]["custom"], "drawStyle", "dots"),
+        (ts["targets"][0], "format", "csv"),                  # not a PromQueryFormat
+        (d["templating"]["list"][1], "refresh", 7),           # not a VariableRefresh
+    ]
+    for obj, key, bad in cases:
+        good = obj[key]
+        obj[key] = bad
+        assert schema_errors(d), f"{key} = {bad!r} passed the schema"
+        obj[key] = good
+    assert not schema_errors(d)
+
+
+def test_each_widening_of_the_schema_is_still_needed() -> None:
+    """Once a newer vendored schema accepts Grafana's JSON there, drop the widening."""
+    for file, definition, prop, _allowed, why in WIDENED:
+        raw = json.loads((SCHEMA_DIR / f"{file}.jsonschema.json").read_text())
+        spec = raw["definitions"][definition]["properties"][prop]
+        assert spec.get("type") in ("number", "object"), f"{definition}.{prop}: {why}"
+
+
+def test_sdk_schema_and_grafana_versions_agree() -> None:
+    """The generator's SDK release, the vendored schema and the compose Grafana are
+    one Grafana version (major.minor)."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    grafana = re.fullmatch(r"grafana/grafana:(\d+\.\d+)\.\d+",
+                           compose["services"]["grafana"]["image"])
+    assert grafana, compose["services"]["grafana"]["image"]
+    pin = re.search(r'"grafana-foundation-sdk==\d+!(\d+\.\d+)\.\d+"',
+                    (ROOT / "pyproject.toml").read_text())
+    assert pin, "pyproject.toml pins grafana-foundation-sdk==EPOCH!X.Y.Z"
+    readme = (SCHEMA_DIR / "README.md").read_text()
+    assert pin.group(1) == grafana.group(1)
+    assert f"v{grafana.group(1)}.x+cog" in readme and pin.group(0).strip('"') in readme
+    assert (SCHEMA_DIR / "LICENSE").read_text().lstrip().startswith("Apache License")
