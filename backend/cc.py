@@ -41,7 +41,7 @@ def join(a: str, b: str) -> str:
     return b if a == IS else X
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Request:
     owner: Hashable
     mode: str
@@ -49,7 +49,7 @@ class _Request:
     granted: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _LockSet:
     owner: Hashable
     requests: dict[Hashable, _Request]
@@ -70,13 +70,23 @@ class LockTable:
         self._serial += 1
         handle = (owner, self._serial)
         ls = _LockSet(owner, {})
+        queued: list[Hashable] = []         # resources someone else already queues on
         for res, mode in wants.items():
-            req = _Request(owner, mode, ls)
-            self._queues.setdefault(res, []).append(req)
-            ls.requests[res] = req
+            req = ls.requests[res] = _Request(owner, mode, ls)
+            queue = self._queues.get(res)
+            if queue is None:
+                # The usual case: nobody holds or waits for it, so it is granted now and
+                # no queue needs deciding again.
+                self._queues[res] = [req]
+                req.granted = True
+            else:
+                queue.append(req)
+                queued.append(res)
         self._sets[handle] = ls
-        self._grant(ls.requests)
-        if not ls.requests:                 # nothing to lock here (e.g. no records of it)
+        if queued:
+            self._grant(queued)
+        # Every lock granted at once (or nothing to lock here, e.g. no records of it).
+        if not ls.ready.is_set() and all(r.granted for r in ls.requests.values()):
             ls.ready.set()
         return handle
 

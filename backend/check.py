@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from mbds import columns
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import IDENT, TYPES, Attribute, FileSchema
@@ -77,13 +78,24 @@ def _retrieval(directory: Directory, r: pb.Retrieval, files: set[str]) -> None:
             raise BadMessage(f"unknown aggregate {_short(t.agg)}")
 
 
+OPS = frozenset(pb.Op.values())     # built once: `values()` makes a new list per call
+
+
 def traffic_unit(directory: Directory, tu: pb.TrafficUnit) -> None:
     """Every request of a unit against this backend's directory (its update applied)."""
     for req in tu.requests:
-        if req.op not in pb.Op.values():
+        if req.op not in OPS:
             raise BadMessage(f"unknown operation {req.op}")
         if req.op == pb.INSERT:
             schema = _file(directory, req.file)
+            if req.load_columns:      # parsed once, here; RECP inserts `columns`
+                try:
+                    req.columns.ParseFromString(req.load_columns)
+                except Exception:   # protobuf's DecodeError (its module has no stubs here)
+                    raise BadMessage("a load batch that does not parse") from None
+                req.load_columns = b""
+            if req.HasField("columns"):
+                _load_batch(directory, schema, req.columns)
             for rec in req.records:
                 owner = directory.clusters.get(rec.cluster_id)
                 if owner is None or owner[0] != schema.name:
@@ -112,6 +124,28 @@ def traffic_unit(directory: Directory, tu: pb.TrafficUnit) -> None:
                     _comparable(a, from_pb(m.value), "modifier")
                 else:
                     _fits(a, from_pb(m.value), "modifier")
+
+
+def _load_batch(directory: Directory, schema: FileSchema, batch: pb.LoadColumns) -> None:
+    """A columnar batch, per column: its clusters the file's, each column's length the
+    batch's and its kind its attribute's type (values one by one only in a VALUES
+    column). The error names the batch's bad record by its number in the load."""
+    n = batch.count
+    if len(batch.cluster_ids) != n or len(batch.columns) != len(schema.attributes):
+        raise BadMessage(f"a batch of {n} records of {schema.name} has "
+                         f"{len(batch.cluster_ids)} cluster ids and {len(batch.columns)} "
+                         f"columns for {len(schema.attributes)} attributes")
+    foreign = set(batch.cluster_ids) - directory.file_clusters.get(schema.name, set())
+    if foreign:
+        raise BadMessage(f"cluster {min(foreign)} is not a cluster of {schema.name}")
+    try:
+        # Dictionary references are range-checked as RECP decodes them (`load.insert`):
+        # one pass over them instead of two.
+        for a, c in zip(schema.attributes, batch.columns, strict=True):
+            columns.check(a, c, n, schema.name, refs=False)
+        columns.check(Attribute("BODY", "string"), batch.bodies, n, schema.name, refs=False)
+    except columns.ColumnError as e:
+        raise BadMessage(f"record {batch.first + e.index}: inserted value: {e}") from None
 
 
 def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 
+from backend import load
 from backend.cc import IS, IX, S, X, join
 from backend.plan import DescriptorResults, FilePlan, RequestPlan
 from mbds import traffic
@@ -92,7 +93,7 @@ def plan_requests(directory: Directory, tu: pb.TrafficUnit,
     for req in tu.requests:
         rp = RequestPlan(req)
         if req.op == pb.INSERT:
-            rp.clusters_examined = len({r.cluster_id for r in req.records})
+            rp.clusters_examined = len(load.cluster_ids(req))
         else:
             rp.files, i = _plan_retrieval(directory, req.retrieval, i, found)
             if req.op == pb.RETRIEVE_COMMON:
@@ -119,9 +120,9 @@ def lock_set(plans: list[RequestPlan]) -> dict[Hashable, str]:
     for rp in plans:
         req = rp.request
         if req.op == pb.INSERT:
-            for r in req.records:
-                want(("cluster", r.cluster_id), X)
-            if req.records:
+            for cid in load.cluster_ids(req):
+                want(("cluster", cid), X)
+            if req.records or req.columns.count:
                 want(("file", req.file), IX)
             continue
         reads = req.op in (pb.RETRIEVE, pb.RETRIEVE_COMMON)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from backend import check, dm, recp
+from backend import check, dm, load, recp
 from backend.links import IigClient
 from backend.plan import WRITES, RequestPlan
 from backend.state import Cancelled, Timer, TuState
@@ -27,6 +27,7 @@ from mbds.proto import mbds_pb2 as pb
 from mbds.values import Value
 
 T = TypeVar("T")
+OP_NAMES = {v: k for k, v in pb.Op.items()}
 
 
 def _records(msg: pb.BackendReply) -> int:
@@ -54,8 +55,7 @@ class Execution:
 
     def _recp_request(self, queued: float) -> None:
         if metrics.internal_timing():   # recp.request: the hand-over from DM to RECP
-            metrics.HANDLER_SECONDS.labels("RECP", "request", self.name).observe(
-                time.perf_counter() - queued)
+            metrics.observe_handler("RECP", "request", self.name, time.perf_counter() - queued)
 
     async def _put(self, st: TuState, msg: pb.BackendReply) -> None:
         """Hand one reply to PP; a row batch or group waits for credit while PP is
@@ -97,7 +97,7 @@ class Execution:
 
     def _done(self, i: int, rp: RequestPlan, n: int, t0: float) -> pb.BackendReply:
         elapsed = (time.perf_counter() - t0) * 1000
-        metrics.RECORDS_PROCESSED.labels(pb.Op.Name(rp.request.op), self.name).inc(n)
+        metrics.child(metrics.RECORDS_PROCESSED, OP_NAMES[rp.request.op], self.name).inc(n)
         return pb.BackendReply(request_index=i, done=pb.RequestDone(
             elapsed_ms=elapsed, stats=pb.RequestStats(
                 clusters_examined=rp.clusters_examined, records_retrieved=n,
@@ -184,6 +184,8 @@ class Execution:
     def _write(self, conn: sqlite3.Connection, rp: RequestPlan, log: UndoLog | None) -> int:
         req = rp.request
         if req.op == pb.INSERT:
+            if req.HasField("columns"):
+                return load.insert(conn, self.directory.files[req.file], req.columns, log)
             if not req.records:
                 return 0
             return recp.insert(conn, self.directory.files[req.file], list(req.records), log)

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from mbds import tls
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.values import Value, to_pb
@@ -26,7 +27,7 @@ log = logging.getLogger("mbds.peers")
 class _PeerLink:
     def __init__(self, address: str) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address)
+        self.channel = tls.channel(address, "backend")
         self.stub = rpc.PeerStub(self.channel)
         self.queue: asyncio.Queue[pb.DescriptorIds] = asyncio.Queue()
         self.task = asyncio.create_task(self._run())
@@ -48,10 +49,12 @@ class _PeerLink:
                                                     wait_for_ready=True)
             except grpc.aio.AioRpcError as e:
                 log.info("peer stream to %s broke: %s", self.address, e.code())
-                # A fresh queue per stream: the generator of a broken stream may still be
-                # waiting on its queue inside gRPC and would swallow the next message.
-                self.queue = asyncio.Queue()
-                await asyncio.sleep(0.2)
+            else:
+                log.info("peer stream to %s ended (the peer is stopping)", self.address)
+            # A fresh queue per stream: the generator of an ended stream may still be
+            # waiting on its queue inside gRPC and would swallow the next message.
+            self.queue = asyncio.Queue()
+            await asyncio.sleep(0.2)
 
     async def close(self) -> None:
         self.task.cancel()
@@ -99,7 +102,7 @@ class IigClient:
         if not self.address:
             raise RuntimeError("no IIG to place a moved record")
         if self._channel is None or self.address != self._channel_address:
-            self._channel = grpc.aio.insecure_channel(self.address)
+            self._channel = tls.channel(self.address, "controller")
             self._channel_address = self.address
         stub = rpc.IigStub(self._channel)
         return await stub.Place(pb.PlaceRequest(

@@ -16,6 +16,7 @@ restart first), and is then forgotten (commit) or undone (abort).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -25,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from backend import check, dm
 from backend.cc import LockTable, S, X
 from backend.commit import PreparedUnits, settle
+from backend.definitions import Definitions, defines
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
 from backend.plan import WRITES, RequestPlan
@@ -40,6 +42,12 @@ log = logging.getLogger("mbds.backend")
 def _log_failure(fut: Future[None]) -> None:
     if fut.exception() is not None:
         log.error("storing a directory update failed: %s", fut.exception())
+
+
+async def _ended(fut: asyncio.Future[None]) -> None:
+    """Wait for `fut` whatever its outcome."""
+    with contextlib.suppress(Exception):
+        await fut
 
 
 class BackendNode:
@@ -67,6 +75,7 @@ class BackendNode:
         # ever hold their writers for different units that each wait on the other.
         self.write_order: deque[tuple[str, int]] = deque()
         self.write_turn = asyncio.Condition()
+        self.definitions = Definitions(store, self.writer, self.directory)
         self.result_timeout = result_timeout
         self.loop = asyncio.get_running_loop()
         self._h = handler_timer(name)
@@ -100,7 +109,7 @@ class BackendNode:
                        wants: dict[Hashable, str]) -> tuple[Hashable, int]:
         handle = self.cc.request(owner, wants)
         waited = await self.cc.wait(handle)
-        metrics.LOCK_WAIT_SECONDS.labels(kind, self.name).observe(waited)
+        metrics.child(metrics.LOCK_WAIT_SECONDS, kind, self.name).observe(waited)
         return handle
 
     # ------------------------------------------------------------ directory --
@@ -117,7 +126,7 @@ class BackendNode:
         check.directory_update(self.directory, update)
         new = self.directory.apply(update)
         if new.files or new.descriptors or new.clusters:
-            fut = self.writer.submit(lambda conn: self.store.persist_rows(conn, new))
+            fut = self.writer.submit(lambda conn: self.definitions.store_rows(conn, new))
             fut.add_done_callback(_log_failure)
             self.storing = fut
             return fut
@@ -140,17 +149,25 @@ class BackendNode:
         with self._h("dm.traffic_unit"):
             try:
                 check.directory_update(self.directory, tu.directory)
+                if defines(tu):
+                    self.definitions.begin(key, st, tu)
+                own = None
                 if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
-                    await self._apply_with_locks(tu.directory)
+                    own = await self._apply_with_locks(tu.directory)
                 check.traffic_unit(self.directory, tu)
             except check.BadMessage as e:
+                if key in self.definitions:
+                    await self.definitions.undo(self.definitions.pending.pop(key), stored=True)
                 await self._finish(st, error=f"backend {self.name}: refused: {e}")
                 return
             # Reads wait for every directory update stored so far, the unit's own or one
             # that came out of band (a joining backend's tables, say): writer jobs run in
-            # order, so the latest one's end covers them all.
+            # order, so the latest one's end covers them all. Another unit's failure to
+            # store is that unit's (a definition taken back), not this one's.
             if self.storing is not None and not self.storing.done():
                 st.stored = asyncio.wrap_future(self.storing)
+                if self.storing is not own:
+                    st.stored = asyncio.ensure_future(_ended(st.stored))
             attrs = dm.type_c_attributes(self.directory, tu)
         with self._h("cc.attribute_lock"):
             handle = await self._acquire("attribute", key, {("attr", *a): S for a in attrs})
@@ -226,7 +243,8 @@ class BackendNode:
     def on_bus_closed(self, bus: BusOut) -> None:
         """The controller went away: nobody will collect these units' results. A unit
         prepared here stays in doubt, locks held, until the controller resolves it."""
-        for st in [st for st in self.tus.values() if st.bus is bus and st.decision is None]:
+        for st in [st for st in self.tus.values() if st.bus is bus and (
+                st.decision is None or st.key in self.definitions)]:
             self._cancel(st, "the controller's bus closed")
 
     def on_commit(self, seq: int) -> None:
@@ -300,11 +318,14 @@ class BackendNode:
                        lock: tuple[Hashable, int]) -> None:
         try:
             waited = await self.cc.wait(lock)
-            metrics.LOCK_WAIT_SECONDS.labels("cluster", self.name).observe(waited)
+            metrics.child(metrics.LOCK_WAIT_SECONDS, "cluster", self.name).observe(waited)
             with self._h("dm.clusters_locked"):
                 writes = any(p.request.op in WRITES for p in plans)
             queued = time.perf_counter()
-            if writes:
+            if key in self.definitions:
+                await self.definitions.run(key, st, self._send)
+                await self._finish(st, committed=True)     # kept: PP may answer
+            elif writes:
                 await self._write(key, st, plans, queued, lock)
             else:
                 await self.execution.run_reads(st, plans, queued)

@@ -14,6 +14,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Any, TypeVar, cast
 
 from backend.plan import FilePlan, RequestPlan
 from backend.store import col, table
@@ -29,6 +30,7 @@ BATCH_BYTES = 1 << 20      # …and about this much JSON: well under gRPC's 4 Mi
 STEP_ROWS = 100            # rows fetched and encoded per step
 
 Place = Callable[[str, list[Value]], int]
+T = TypeVar("T")
 
 
 def _condition(plan: FilePlan) -> tuple[str, list[object]]:
@@ -55,7 +57,31 @@ def _where(plan: FilePlan) -> tuple[str, list[object]]:
             [json.dumps(plan.clusters), *params])
 
 
+# Statement texts of a file by what they depend on (targets, conditions): a two-record
+# request spent more Python on building its SQL than SQLite spent running it. Keyed
+# by the schema object, which a redefinition replaces; bounded, cleared when full.
+_TEXTS: dict[tuple[object, ...], tuple[FileSchema, Any]] = {}
+TEXTS_KEPT = 1024
+
+
+def _cached(schema: FileSchema, key: tuple[object, ...], build: Callable[[], T]) -> T:
+    full = (id(schema), *key)
+    hit = _TEXTS.get(full)
+    if hit is not None and hit[0] is schema:
+        return cast(T, hit[1])
+    value = build()
+    if len(_TEXTS) >= TEXTS_KEPT:
+        _TEXTS.clear()
+    _TEXTS[full] = (schema, value)
+    return value
+
+
 def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
+    """The select list of `attrs` on the plan's file (cached per file and targets)."""
+    return _cached(plan.schema, ("select", *attrs), lambda: _build_select_list(plan, attrs))
+
+
+def _build_select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
     exprs: list[str] = []
     params: list[object] = []
     for a in attrs:
@@ -113,13 +139,15 @@ def read(conn: sqlite3.Connection, request_index: int,
         for fp in rp.right:
             yield from retrieve_batches(
                 conn, fp, [t.attr for t in req.right.targets], request_index, 1)
-    elif any(t.agg for t in r.targets):
-        items = [t.attr for t in r.targets if t.agg]
+        return
+    targets = [(t.attr, t.agg) for t in r.targets]     # one pass over the message
+    if any(agg for _, agg in targets):
+        items = [attr for attr, agg in targets if agg]
         for fp in rp.files:
             yield from aggregate_groups(conn, fp, items, r.by, request_index)
     else:
         for fp in rp.files:
-            yield from retrieve_batches(conn, fp, [t.attr for t in r.targets], request_index)
+            yield from retrieve_batches(conn, fp, [attr for attr, _ in targets], request_index)
 
 
 def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],
@@ -159,7 +187,7 @@ def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select:
 def _pageable(plan: FilePlan) -> bool:
     """Pages in rowid order: no predicate that SQLite could answer from a non-clustered
     index (it might then sort each page)."""
-    indexed = set(plan.schema.indexes)
+    indexed = _cached(plan.schema, ("indexes",), lambda: frozenset(plan.schema.indexes))
     return not any(attr in indexed for conj in plan.conjunctions for attr, _, _ in conj)
 
 
@@ -183,9 +211,10 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
     """
     cond, cparams = _condition(plan)
     scope = "" if plan.every_cluster else "cluster_id = ? AND "
-    sql = (f"SELECT group_concat(j), count(*), max(rid) FROM (SELECT rid, "
-           f"json_array({select}) AS j FROM {table(plan.schema.name)} "
-           f"WHERE {scope}rid > ? AND {cond} ORDER BY rid LIMIT ?)")
+    sql = _cached(plan.schema, ("pages", select, scope, cond), lambda: (
+        f"SELECT group_concat(j), count(*), max(rid) FROM (SELECT rid, "
+        f"json_array({select}) AS j FROM {table(plan.schema.name)} "
+        f"WHERE {scope}rid > ? AND {cond} ORDER BY rid LIMIT ?)"))
     scopes: list[list[object]] = [[]] if plan.every_cluster else [[c] for c in plan.clusters]
     want, row_bytes, rows = 50, 0, 0   # a small first page learns the row size
     for k, scope_params in enumerate(scopes):

@@ -15,7 +15,8 @@ from backend.links import IigClient, PeerLinks
 from backend.node import BackendNode
 from backend.state import BusOut
 from backend.store import Store
-from mbds import metrics
+from mbds import metrics, tls
+from mbds.doors import RoleDoor
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import MAX_MESSAGE, until_stopped
@@ -26,6 +27,20 @@ log = logging.getLogger("mbds.backend")
 class BackendServicer(rpc.BackendServicer):
     def __init__(self, node: BackendNode) -> None:
         self.node = node
+        self.buses: set[BusOut] = set()      # open Bus streams: `drain` ends them
+
+    async def drain(self, grace: float) -> None:
+        """At shutdown: the units in flight on an open bus finish (their answers and, for a
+        prepared unit, PP's decision), within `grace`; then every bus ends, since none ends
+        on its own. A unit prepared here whose bus is gone stays in doubt: only the
+        controller decides it, when this backend is back."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while loop.time() < deadline and any(
+                st.bus in self.buses for st in self.node.tus.values()):
+            await asyncio.sleep(0.02)
+        for bus in self.buses:
+            bus.queue.put_nowait(None)
 
     async def Hello(self, request: pb.HelloRequest,
                     context: grpc.aio.ServicerContext) -> pb.HelloReply:
@@ -70,6 +85,7 @@ class BackendServicer(rpc.BackendServicer):
                 f"backend {self.node.name} has {len(self.node.prepared.on_disk)} prepared units "
                 "to resolve first"))
         bus = BusOut()
+        self.buses.add(bus)
         reader = asyncio.create_task(self._read_bus(request_iterator, bus))
         sent = metrics.BUS_MESSAGES.labels("to_controller", self.node.name)
         items = metrics.BUS_ITEMS.labels("to_controller", self.node.name)
@@ -84,6 +100,7 @@ class BackendServicer(rpc.BackendServicer):
                 if msg is None:
                     break
         finally:
+            self.buses.discard(bus)
             reader.cancel()
             self.node.on_bus_closed(bus)
 
@@ -124,30 +141,56 @@ class BackendServicer(rpc.BackendServicer):
 class PeerServicer(rpc.PeerServicer):
     def __init__(self, node: BackendNode) -> None:
         self.node = node
+        # Set at shutdown: a peer's id stream never ends on its own, and the server's
+        # grace period would wait for it.
+        self.stopping = asyncio.Event()
 
     async def DescriptorIdsStream(self, request_iterator: AsyncIterator[pb.DescriptorIdsBatch],
                                   context: grpc.aio.ServicerContext) -> pb.PeerAck:
+        reading = asyncio.ensure_future(self._read_ids(request_iterator))
+        stopping = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                reading.result()      # a broken stream fails the call, as it always did
+        finally:
+            stopping.cancel()
+            reading.cancel()
+        return pb.PeerAck()
+
+    async def _read_ids(self, request_iterator: AsyncIterator[pb.DescriptorIdsBatch]) -> None:
         async for batch in request_iterator:
             for msg in batch.ids:
                 self.node.on_peer_ids(msg)
-        return pb.PeerAck()
 
 
 async def serve(*, listen: str, data_dir: Path, name: str | None = None,
                 synchronous: str = "NORMAL", memory: bool = False, metrics_port: int = 0,
-                ready: asyncio.Event | None = None, grace: float = 5.0) -> None:
-    """Run one backend until SIGTERM/SIGINT; its data and identity live in data_dir."""
+                ready: asyncio.Event | None = None, grace: float = 5.0,
+                tls_dir: Path | None = None, insecure: bool = False) -> None:
+    """Run one backend until SIGTERM/SIGINT; its data and identity live in data_dir.
+
+    With `tls_dir` only the controller may call the Backend service (bus, directory)
+    and only other backends the Peer service, each proving its role by certificate."""
+    identity = tls.Identity.load(tls_dir, "backend") if tls_dir else None
+    if identity is None:
+        tls.check_plaintext(listen, "the backend", insecure)
+    tls.use(identity)
     store = Store(data_dir / "backend.db", synchronous=synchronous, memory=memory)
     node_name = store.identity(name or data_dir.resolve().name)
     peers, iig = PeerLinks(), IigClient(node_name)
     node = BackendNode(node_name, store, peers=peers, iig=iig)
     node.metrics_port = metrics_port
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
-    rpc.add_BackendServicer_to_server(BackendServicer(node), server)
-    rpc.add_PeerServicer_to_server(PeerServicer(node), server)
+    doors = [RoleDoor({"mbds.Backend": "controller", "mbds.Peer": "backend"})] if identity else []
+    server = grpc.aio.server(interceptors=doors,
+                             options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
+    backend_servicer, peer_servicer = BackendServicer(node), PeerServicer(node)
+    rpc.add_BackendServicer_to_server(backend_servicer, server)
+    rpc.add_PeerServicer_to_server(peer_servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(listen)
+    port = (server.add_secure_port(listen, identity.internal_server()) if identity
+            else server.add_insecure_port(listen))
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     host = listen.rsplit(":", 1)[0]
@@ -155,9 +198,11 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     print(f"backend {node_name} listening on {host}:{port}", flush=True)
     await until_stopped(ready)
     await health_servicer.enter_graceful_shutdown()
-    # Our streams to the peers end first: a peer stopping at the same time then has no
-    # open stream from us to wait its grace period for.
+    # Current answers first (they may need ids from the peers and send ours to them);
+    # then every stream ends, so the grace period below waits for nothing that is idle.
+    await backend_servicer.drain(grace)
     await peers.close()
+    peer_servicer.stopping.set()
     await server.stop(grace)
     await iig.close()
     node.writer.shutdown()

@@ -19,9 +19,14 @@ Timer = Callable[[str], AbstractContextManager[object]]
 def handler_timer(backend: str) -> Timer:
     """The handler timer of this backend; timers do not nest, so a process's handlers
     add up to its time."""
+    names: dict[str, tuple[str, str]] = {}
+
     def timer(handler: str) -> AbstractContextManager[object]:
-        process, name = handler.split(".")
-        return metrics.handler(process.upper(), name, backend)
+        split = names.get(handler)
+        if split is None:
+            process, name = handler.split(".")
+            split = names[handler] = (process.upper(), name)
+        return metrics.handler(*split, backend)
     return timer
 
 

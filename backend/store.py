@@ -20,7 +20,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from mbds.directory import file_schema_from_pb
+from mbds.directory import file_schema_from_pb, file_schema_to_pb
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
 from mbds.values import from_pb, to_pb
@@ -156,6 +156,20 @@ class Store:
              for d in new.descriptors])
         conn.executemany("INSERT OR IGNORE INTO clusters VALUES (?, ?, ?)", [
             (c.id, c.file, json.dumps(list(c.descriptor_ids))) for c in new.clusters])
+
+    def restore_files(self, conn: sqlite3.Connection,
+                      before: dict[str, FileSchema | None]) -> None:
+        """Take back a definition's files inside the caller's transaction: a new file's
+        table (its indexes go with it) and directory rows; a re-indexed file's old
+        definition and indexes."""
+        for name, old in before.items():
+            if old is not None:
+                self.persist_rows(conn, pb.DirectoryUpdate(files=[file_schema_to_pb(old)]))
+                continue
+            conn.execute(f"DROP TABLE IF EXISTS {table(name)}")
+            conn.execute("DELETE FROM descriptors WHERE file = ?", (name,))
+            conn.execute("DELETE FROM clusters WHERE file = ?", (name,))
+            conn.execute("DELETE FROM files WHERE name = ?", (name,))
 
     @staticmethod
     def _create_file_table(conn: sqlite3.Connection, schema: FileSchema) -> None:

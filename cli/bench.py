@@ -16,6 +16,8 @@ BENCHMARKS = {
     "tp": "loadgen.tp:tp",                             # seed 001: transactions of random reads
     "kv": "loadgen.kv:kv",                             # seed 002: key/value durability, threads
     "memory": "loadgen.memory:memory",                 # resident memory per 10,000 units
+    "load": "loadgen.load_bench:load",                 # bulk-load records/s vs executemany
+    "fixed-cost": "loadgen.fixed_cost:fixed_cost",     # CPU per small traffic unit, per process
 }
 
 

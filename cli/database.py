@@ -1,15 +1,26 @@
-"""`mbds exec`, `mbds define` and `mbds status`: requests to a running controller."""
+"""`mbds exec`, `mbds define` and `mbds status`: requests to a running controller; and the
+progress bar of `mbds load`."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import TextIO
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
 from cli.options import controller_option, fail
 from mbds.client import Client, ClientError, Result
+from mbds.proto import mbds_pb2 as pb
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+# A load of at least so many records shows its progress even when stderr is no terminal
+# (a log then gets the bar's final state: how far the load came).
+LARGE_LOAD = 100_000
 
 
 def print_results(results: list[Result], as_json: bool) -> None:
@@ -72,3 +83,42 @@ def status(controller: str) -> None:
     if s.metrics_url:
         click.echo(f"controller metrics {s.metrics_url}; internal timing "
                    f"{'on' if s.internal_timing else 'off'}")
+
+
+def load_progress(total: int, show: bool | None, console: Console | None = None
+                  ) -> Progress | None:
+    """The bar for a load of `total` records on stderr, or None when not shown: `show`
+    None shows it on a terminal or for a large load (`--progress/--no-progress`)."""
+    # Imported here: `mbds exec` and the rest of this module start without rich.
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    console = console or Console(stderr=True)
+    if show is None:
+        show = console.is_terminal or total >= LARGE_LOAD
+    if not show:
+        return None
+    return Progress(TextColumn("loading"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("records"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    console=console)
+
+
+def track_load(dones: Iterable[pb.RequestDone], total: int, bar: Progress | None) -> int:
+    """The records acknowledged batch by batch, advancing `bar` (if any) with each."""
+    done = 0
+    if bar is None:
+        for d in dones:
+            done += d.stats.records_retrieved
+        return done
+    with bar:
+        task = bar.add_task("loading", total=total)
+        for d in dones:
+            done += d.stats.records_retrieved
+            bar.update(task, completed=done)
+    return done

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
 
+from cli.database import LARGE_LOAD, load_progress, track_load
 from cli.options import controller_option, fail
 from loadgen import paper_db as P
+from loadgen.paper_summary import console_for_summary, show, table2_table
 from loadgen.table2 import run_table2
-from mbds.client import Client, ClientError
+from mbds.client import LOAD_CHUNK, Client, ClientError
 
 
 @click.group()
@@ -28,24 +28,27 @@ def load() -> None:
 @click.option("--multi", type=int, default=1, show_default=True,
               help="M copies of every record (MULTI = One, Two, ...).")
 @click.option("--record-bytes", type=int, default=200, show_default=True)
-@click.option("--chunk", type=int, default=2000, show_default=True)
-def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk: int) -> None:
+@click.option("--chunk", type=click.IntRange(1), default=LOAD_CHUNK, show_default=True,
+              help="Records per batch (one traffic unit each).")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a progress bar on stderr [default: on a terminal, or from "
+                   f"{LARGE_LOAD} records].")
+def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk: int,
+               progress: bool | None) -> None:
     """Define and load the paper's test database (SPEC §5)."""
     total = 1000 * scale * multi
     t0 = time.perf_counter()
     try:
         with Client(controller) as c:
             c.define(P.definition_yaml(scale))
-            done = 0
-            with Progress(transient=True) as bar:
-                task = bar.add_task("loading", total=total)
-                for d in c.load(P.FILE, P.ATTRIBUTES, P.records(scale, multi, record_bytes),
-                                chunk=chunk):
-                    done += d.stats.records_retrieved
-                    bar.update(task, completed=done)
+            done = track_load(c.load(P.FILE, P.ATTRIBUTES,
+                                     P.records(scale, multi, record_bytes), chunk=chunk),
+                              total, load_progress(total, progress))
     except ClientError as e:
         fail(e)
-    click.echo(f"loaded {done} records into {P.FILE} in {time.perf_counter() - t0:.1f} s")
+    seconds = time.perf_counter() - t0
+    click.echo(f"loaded {done} records into {P.FILE} in {seconds:.1f} s "
+               f"({done / seconds:,.0f} records/s)")
 
 
 @click.group()
@@ -60,23 +63,23 @@ def paper() -> None:
 @click.option("--runs", type=int, default=1, show_default=True,
               help="Run each request this many times and report the median response time.")
 @click.option("--json", "as_json", is_flag=True)
-def table2(controller: str, scale: int, multi: int, runs: int, as_json: bool) -> None:
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the table as JSON (for `mbds bench paper --table2`).")
+def table2(controller: str, scale: int, multi: int, runs: int, as_json: bool,
+           save: Path | None) -> None:
     """Run the nine requests; clusters examined and records retrieved beside the paper's."""
     try:
         with Client(controller) as c:
             rows = run_table2(c, scale, multi, runs)
+            backends = len(c.status().backends)
     except ClientError as e:
         fail(e)
+    t2 = {"scale": scale, "multi": multi, "runs": runs, "backends": backends, "rows": rows}
+    if save is not None:
+        save.write_text(json.dumps(t2, indent=2))
     if as_json:
         for r in rows:
             click.echo(json.dumps(r))
     else:
-        t = Table("request", "clusters examined", "paper", "records retrieved", "paper",
-                  "match", f"median ms ({runs} runs)",
-                  title=f"Table 2 (scale {scale}, multi {multi})")
-        for r in rows:
-            t.add_row(str(r["request"]), str(r["clusters_examined"]), str(r["paper_clusters"]),
-                      str(r["records_retrieved"]), str(r["paper_records"]),
-                      "yes" if r["match"] else "NO", f"{r['median_ms']:.2f}")
-        Console().print(t)
+        show(console_for_summary(), table2_table(t2))
     sys.exit(0 if all(r["match"] for r in rows) else 1)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import signal
 import sys
-import time
+import threading
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
+from cli.certs import tls_options
 from cli.options import fail, split_search_option
 from mbds.client import DEFAULT_CONTROLLER
+from mbds.doors import DoorError, load_tokens
+from mbds.tls import TlsError
 
 DEFAULT_DATA_DIR = Path.home() / ".mbds" / "data"
 
@@ -22,8 +28,21 @@ def _metrics(port: int | None, listen: str) -> int:
     if port is None:
         return 0
     from prometheus_client import start_http_server
-    server, _ = start_http_server(port, addr=listen.rsplit(":", 1)[0].strip("[]"))
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    server, _ = start_http_server(port, addr=host)
+    # Read by LocalCluster (mbds/cluster.py), which shows it to the user of `mbds up`.
+    print(f"metrics on http://{host}:{server.server_port}/metrics", flush=True)
     return server.server_port
+
+
+def _exit_stopped() -> NoReturn:
+    """Exit 0 once serve() has stopped, without the interpreter's teardown: every file and
+    stream is closed already, and tearing down gRPC and some 450 modules takes 0.2-0.6 s,
+    which a cluster's stop (the controller, then the backends) would pay twice."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @click.command()
@@ -38,8 +57,10 @@ def _metrics(port: int | None, listen: str) -> int:
               help="Keep records in memory only (durability benchmarks; nothing survives).")
 @click.option("--metrics-port", type=int,
               help="Serve Prometheus /metrics on this port (0: any free one).")
+@tls_options
 def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchronous: str,
-            in_memory: bool, metrics_port: int | None) -> None:
+            in_memory: bool, metrics_port: int | None, tls_dir: Path | None,
+            insecure: bool) -> None:
     """Run one backend (DM, CC, RECP)."""
     from backend.server import serve
     from backend.slots import claim_slot
@@ -49,15 +70,23 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
         data_dir = claim_slot(data_root)
     assert data_dir is not None
     served = _metrics(metrics_port, listen)
-    asyncio.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
-                      memory=in_memory, metrics_port=served))
+    try:
+        asyncio.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
+                          memory=in_memory, metrics_port=served, tls_dir=tls_dir,
+                          insecure=insecure))
+    except TlsError as e:
+        fail(e)
+    _exit_stopped()
 
 
 @click.command()
 @click.option("--listen", default="127.0.0.1:50051", show_default=True)
 @click.option("--backends", "backend_list", default="", help="Comma-separated HOST:PORT list.")
 @click.option("--discover", help="HOST:PORT whose DNS name answers with every backend replica.")
-@click.option("--expect", type=int, default=0, help="With --discover: backends to wait for.")
+@click.option("--min-backends", type=click.IntRange(min=1),
+              default=1, envvar="MBDS_MIN_BACKENDS", show_default=True,
+              help="With --discover: start once at least this many replicas resolve and "
+                   "the set has settled; later ones are admitted as they come.")
 @click.option("--internal-listen", default="127.0.0.1:0", show_default=True,
               help="Where the backends reach IIG (never served on --listen).")
 @click.option("--advertise", default="",
@@ -66,6 +95,10 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
               envvar="MBDS_INTERNAL_TIMING", show_default=True)
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Default deadline of a traffic unit, seconds.")
+@click.option("--stalled-reader", type=click.FloatRange(min=0, min_open=True), default=5.0,
+              show_default=True,
+              help="Abort a traffic unit whose client leaves a reply untaken this long, "
+                   "seconds (its locks are released).")
 @split_search_option
 @click.option("--metrics-port", type=int,
               help="Serve Prometheus /metrics on this port (0: any free one).")
@@ -74,10 +107,18 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
 @click.option("--synchronous", default="NORMAL", show_default=True,
               type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
               help="SQLite synchronous mode of the decision log.")
-def controller(listen: str, backend_list: str, discover: str | None, expect: int,
+@tls_options
+@click.option("--client-plaintext", is_flag=True,
+              help="With --tls-dir: serve clients without TLS (loopback, or --insecure).")
+@click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              envvar="MBDS_TOKENS",
+              help="Require a client token: lines `read TOKEN` or `write TOKEN` (needs TLS).")
+def controller(listen: str, backend_list: str, discover: str | None, min_backends: int,
                internal_listen: str, advertise: str, internal_timing: str, timeout: float,
-               split_search_from: int,
-               metrics_port: int | None, data_dir: Path, synchronous: str) -> None:
+               stalled_reader: float, split_search_from: int,
+               metrics_port: int | None, data_dir: Path, synchronous: str,
+               tls_dir: Path | None, insecure: bool, client_plaintext: bool,
+               tokens: Path | None) -> None:
     """Run the controller (REQP, IIG, PP)."""
     from controller.discovery import discover_backends
     from controller.server import serve
@@ -85,16 +126,23 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
     metrics.set_internal_timing(internal_timing == "on")
     addresses = [a for a in backend_list.split(",") if a]
     if discover:
-        addresses = discover_backends(discover, expect)
+        addresses = discover_backends(discover, min_backends)
     if not addresses:
         raise click.UsageError("no backends: give --backends or --discover")
     served = _metrics(metrics_port, listen)
-    asyncio.run(serve(listen=listen, backends=addresses, advertise=advertise,
-                      discover=discover or "",
-                      internal_timing=internal_timing == "on", timeout=timeout,
-                      split_search_from=split_search_from, metrics_port=served,
-                      data_dir=data_dir, synchronous=synchronous,
-                      internal_listen=internal_listen))
+    try:
+        asyncio.run(serve(listen=listen, backends=addresses, advertise=advertise,
+                          discover=discover or "",
+                          internal_timing=internal_timing == "on", timeout=timeout,
+                          stalled_reader=stalled_reader,
+                          split_search_from=split_search_from, metrics_port=served,
+                          data_dir=data_dir, synchronous=synchronous,
+                          internal_listen=internal_listen, tls_dir=tls_dir,
+                          client_plaintext=client_plaintext, insecure=insecure,
+                          tokens=load_tokens(tokens) if tokens else None))
+    except (TlsError, DoorError) as e:
+        fail(e)
+    _exit_stopped()
 
 
 @click.command()
@@ -105,42 +153,67 @@ def controller(listen: str, backend_list: str, discover: str | None, expect: int
 @click.option("--internal-timing", type=click.Choice(["on", "off"]), default="on",
               show_default=True)
 @click.option("--synchronous", default="NORMAL", show_default=True)
-@click.option("--metrics-port", type=int, help="Controller /metrics port; backend K uses +1+K.")
+@click.option("--metrics-port", type=int,
+              help="Controller /metrics port; backend K uses +1+K (default: free ports).")
+@click.option("--no-metrics", is_flag=True, help="Serve no Prometheus /metrics.")
 @click.option("--backend-cpus", type=float,
               help="CPU budget of each backend (cgroup; needs root), e.g. 0.5.")
 @split_search_option
+@click.option("--client-tls", is_flag=True,
+              help="Serve clients over TLS too (they need DATA_DIR/tls/ca.pem: env MBDS_CA).")
+@click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Require a client token from this file (`mbds certs --tokens`); "
+                   "implies --client-tls.")
 def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str,
-       metrics_port: int | None, backend_cpus: float | None, split_search_from: int) -> None:
-    """Start a controller and N backends as local processes; Ctrl-C stops them."""
+       metrics_port: int | None, no_metrics: bool, backend_cpus: float | None,
+       split_search_from: int, client_tls: bool, tokens: Path | None) -> None:
+    """Start a controller and N backends as local processes; Ctrl-C stops them.
+
+    Each serves Prometheus /metrics on 127.0.0.1 (ports of their own unless
+    --metrics-port), printed once ready; --no-metrics serves none."""
+    if no_metrics and metrics_port is not None:
+        raise click.UsageError("give --metrics-port or --no-metrics, not both")
+    if not no_metrics and metrics_port is None:
+        metrics_port = 0                # every process binds a free port of its own
     from mbds.cluster import LocalCluster, ProcessFailed
     from mbds.cpulimit import CpuLimitUnavailable
     cluster = LocalCluster(data_dir, n, port=port, internal_timing=internal_timing == "on",
                            synchronous=synchronous, metrics_port=metrics_port,
-                           backend_cpus=backend_cpus, split_search_from=split_search_from)
+                           backend_cpus=backend_cpus, split_search_from=split_search_from,
+                           client_tls=client_tls, tokens=tokens)
+    # The cluster's processes leave Ctrl-C to this one (MBDS_OWNED), which stops the
+    # controller first, so the backends stay until its current answers are out. So the
+    # handlers come before the first child: a signal while starting unwinds start()
+    # (which stops what it started); once up, it ends the wait below.
+    stop, started = threading.Event(), threading.Event()
+
+    def on_signal(*_: object) -> None:
+        if not started.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     try:
         address = cluster.start()
-    except (ProcessFailed, CpuLimitUnavailable) as e:
+    except (ProcessFailed, CpuLimitUnavailable, TlsError) as e:
         fail(e)
+    started.set()
     click.echo(f"controller {address}  backends {n}  data {data_dir}")
     for i, b in enumerate(cluster.backends):
         click.echo(f"  backend b{i} {b.address}")
-    if metrics_port is not None:
-        click.echo(f"metrics: http://127.0.0.1:{metrics_port}/metrics (controller), "
-                   f"ports {metrics_port + 1}..{metrics_port + n} (backends)")
+    click.echo(f"internal links: mutual TLS (certificates in {cluster.tls_dir}); clients: "
+               + (f"TLS (MBDS_CA={cluster.tls_dir}/ca.pem)" if cluster.client_tls
+                  else "plaintext on loopback") + (", token required" if tokens else ""))
+    for proc in [cluster.controller, *cluster.backends]:
+        if proc is not None and proc.metrics_url:
+            click.echo(f"metrics {proc.name.removeprefix('backend ')} {proc.metrics_url}")
     click.echo("ready; Ctrl-C to stop", err=True)
-    stop = {"now": False}
-
-    def on_signal(*_: object) -> None:
-        stop["now"] = True
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    while not stop["now"]:
+    while not stop.wait(0.2):       # a signal ends the wait at once
         dead = [p for p in [cluster.controller, *cluster.backends]
                 if p is not None and p.popen.poll() is not None]
         if dead:
             click.echo(f"{dead[0].name} exited:\n" + "\n".join(dead[0].tail), err=True)
             break
-        time.sleep(0.2)
     cluster.stop()
     click.echo("stopped", err=True)
 
@@ -148,12 +221,26 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
 @click.command()
 @click.option("--address", default=DEFAULT_CONTROLLER, show_default=True)
 @click.option("--timeout", type=float, default=3.0)
-def health(address: str, timeout: float) -> None:
+@click.option("--tls-dir", type=click.Path(path_type=Path, file_okay=False), envvar="MBDS_TLS_DIR",
+              help="Ask over mutual TLS with the cluster's certificates (env MBDS_TLS_DIR).")
+@click.option("--of", "role", type=click.Choice(["controller", "backend"]),
+              default="controller", show_default=True, help="What runs at ADDRESS.")
+def health(address: str, timeout: float, tls_dir: Path | None, role: str) -> None:
     """Exit 0 when the process at ADDRESS reports SERVING (gRPC health service)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from mbds.tls import Identity
+    def channel() -> grpc.Channel:
+        if tls_dir is None:
+            return grpc.insecure_channel(address)
+        try:
+            creds, options = Identity.load(tls_dir, "controller").channel(role)
+        except TlsError as e:
+            fail(e)
+        return grpc.secure_channel(address, creds, options=options)
     try:
-        with grpc.insecure_channel(address) as ch:
+        with channel() as ch:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
                                                           timeout=timeout)
     except grpc.RpcError as e:

@@ -2,7 +2,8 @@
 
 Enter runs the request once its brackets and quotes are balanced; until then it
 starts a new line, so a long RETRIEVE or a transaction can be typed over
-several lines.
+several lines. Backslash commands answer the first questions as psql's do
+(`help`, `\\d`, `\\d FILE`), from the controller's Status.
 """
 
 from __future__ import annotations
@@ -14,12 +15,19 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
+from cli.describe import describe_file, list_files
 from cli.options import controller_option
 from cli.tables import console, render_result
 from mbds.client import Client, ClientError
+from mbds.errors import shorten
 
 HELP = """Type an ABDL request or a [transaction; ...]; Enter runs it when balanced.
-Commands: \\q (quit), \\s (status), \\h (this help)."""
+  \\d          list the files
+  \\d FILE     a file's attributes, types, directory attributes and descriptors
+  \\s          the backends and whether each is up
+  help, \\?    this help (also \\h)
+  \\q          quit (also quit, exit, Ctrl-D)"""
+HELP_WORDS = ("help", "\\?", "\\h")
 
 
 @click.command()
@@ -45,7 +53,7 @@ def run_shell(address: str) -> None:
 
     session: PromptSession = PromptSession(history=FileHistory(str(history)),
                                            multiline=True, key_bindings=kb)
-    console.print(f"connected to {address}. {HELP}")
+    console.print(f"connected to {address}. Type help for help.")
     with Client(address) as client:
         while True:
             try:
@@ -56,20 +64,35 @@ def run_shell(address: str) -> None:
                 continue
             if text in ("\\q", "quit", "exit"):
                 break
-            if text == "\\h":
-                console.print(HELP)
-                continue
             try:
-                if text == "\\s":
-                    s = client.status()
-                    for b in s.backends:
-                        console.print(f"{b.name} {b.address} "
-                                      f"{'up' if b.reachable else 'DOWN ' + b.error}")
-                    continue
-                for r in client.execute(text):
-                    render_result(r)
+                if text.lower() in HELP_WORDS:
+                    console.print(HELP, markup=False, highlight=False)
+                elif text.startswith("\\"):
+                    command(client, text)
+                else:
+                    for r in client.execute(text):
+                        render_result(r)
             except ClientError as e:
-                console.print(f"error: {e}", style="red")
+                console.print(f"error: {e}", style="red", markup=False, highlight=False)
+
+
+def command(client: Client, text: str) -> None:
+    """One backslash command; a wrong one is named, with where to find the right ones."""
+    name, *args = text.split()
+    if name == "\\d" and len(args) <= 1:
+        s = client.status(args[0] if args else "")
+        if args:
+            describe_file(s, args[0])
+        else:
+            list_files(s)
+    elif name == "\\s" and not args:
+        for b in client.status().backends:
+            console.print(f"{b.name} {b.address} {'up' if b.reachable else 'DOWN ' + b.error}",
+                          markup=False)
+    else:
+        usage = {"\\d": "\\d takes one file name at most", "\\s": "\\s takes nothing"}
+        console.print(f"error: {usage.get(name) or 'unknown command ' + shorten(name, 20)}; "
+                      "help lists the commands", style="red", markup=False, highlight=False)
 
 
 def _complete(text: str) -> bool:

@@ -13,25 +13,33 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
 
-from controller import pp
-from controller.bus import BackendLink, Bus
+from controller import definitions, load, pp
+from controller.bus import BackendLink, Bus, Inbox
 from controller.decisions import Decisions
+from controller.describe import describe
 from controller.iig import Defined, Iig
 from controller.reqp import Prepared, Reqp
-from mbds import metrics
+from mbds import doors, metrics
 from mbds.directory import Directory
-from mbds.errors import BackendUnavailable
+from mbds.errors import BackendUnavailable, PermissionDenied
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
 from mbds.traffic import predicate_count
 from mbds.values import Value
 
+# What a read-only client may ask for: nothing that changes data.
+READ_OPS = frozenset({"RETRIEVE", "RETRIEVE_COMMON"})
+
 log = logging.getLogger("mbds.controller")
+
+# Seconds a client may leave a reply of its answer untaken before its traffic unit is
+# aborted (its locks released): the controller's --stalled-reader.
+STALLED_READER = 5.0
 
 
 def natural_key(name: str) -> list[object]:
@@ -44,7 +52,8 @@ class Coordinator:
                  internal_timing: bool = True, timeout: float = 60.0,
                  connect_timeout: float = 10.0, metrics_url: str = "",
                  split_search_from: int = 1, log_path: Path | None = None,
-                 synchronous: str = "NORMAL") -> None:
+                 synchronous: str = "NORMAL", stalled_reader: float = STALLED_READER
+                 ) -> None:
         # Split descriptor search over the backends only for traffic units with at
         # least this many predicates (1: always, the paper's design).
         self.split_search_from = split_search_from
@@ -57,8 +66,10 @@ class Coordinator:
         self.reqp = Reqp(self.directory)
         self.internal_timing = internal_timing
         self.timeout = timeout
+        self.stalled_reader = stalled_reader
         self.connect_timeout = connect_timeout
         self._connecting = asyncio.Lock()
+        self._defining = asyncio.Lock()
         # Directory entries IIG allocated that no traffic unit has carried yet.
         self.unsent = pb.DirectoryUpdate()
         self._inflight = 0
@@ -173,19 +184,25 @@ class Coordinator:
             self._open.set()
 
     # ------------------------------------------------------- traffic units --
-    async def run(self, prepared: list[Prepared], transaction: bool,
-                  update: pb.DirectoryUpdate | None = None,
-                  timeout: float | None = None) -> AsyncIterator[pb.ExecuteReplies]:
+    @contextlib.asynccontextmanager
+    async def _traffic(self) -> AsyncIterator[None]:
+        """One traffic unit in flight: held while the set of backends changes."""
         await self._open.wait()
         self._inflight += 1
         self._idle.clear()
         try:
-            async for reply in self._run(prepared, transaction, update, timeout):
-                yield reply
+            yield
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+
+    async def run(self, prepared: list[Prepared], transaction: bool,
+                  update: pb.DirectoryUpdate | None = None,
+                  timeout: float | None = None) -> AsyncIterator[pb.ExecuteReplies]:
+        async with self._traffic():
+            async for reply in self._run(prepared, transaction, update, timeout):
+                yield reply
 
     async def _run(self, prepared: list[Prepared], transaction: bool,
                    update: pb.DirectoryUpdate | None,
@@ -213,10 +230,30 @@ class Coordinator:
             if len(units) == len(self.links):
                 self.unsent = pb.DirectoryUpdate()
             async for reply in pp.gather(inbox, prepared, insert_clusters):
-                yield reply
+                with self._taken_within(inbox):
+                    yield reply
         except BaseException:      # refused, aborted, or its client went away
             self.iig.unplace(names, units)
             raise
+
+    @contextlib.contextmanager
+    def _taken_within(self, inbox: Inbox) -> Iterator[None]:
+        """The client must take each reply within the stalled-reader bound. A client that
+        stops reading would otherwise hold its unit's locks (and, for a transaction that
+        also writes, the backends' writer threads) until the unit's deadline; instead the
+        unit is aborted everywhere, and the client, if it reads on, finds that error after
+        the replies already sent. A unit already over is not affected (the abort finds
+        nothing to roll back)."""
+        def stalled() -> None:
+            log.info("traffic unit %d: its client took no reply for %g s; aborting it",
+                     inbox.seq, self.stalled_reader)
+            inbox.abort(f"the client did not read its answer within {self.stalled_reader:g} s"
+                        " (the controller's --stalled-reader bound)")
+        timer = asyncio.get_running_loop().call_later(self.stalled_reader, stalled)
+        try:
+            yield
+        finally:
+            timer.cancel()
 
     def _one_phase(self, units: dict[int, pb.TrafficUnit], update: pb.DirectoryUpdate
                    ) -> dict[int, pb.TrafficUnit]:
@@ -232,7 +269,8 @@ class Coordinator:
         if not first.requests or any(r.op != pb.INSERT for r in first.requests) or (
                 update.files or update.descriptors or update.clusters):
             return units
-        writers = [i for i, tu in units.items() if any(r.records for r in tu.requests)]
+        writers = [i for i, tu in units.items()
+                   if any(r.records or r.load_columns for r in tu.requests)]
         if len(writers) != 1:
             return units
         units[writers[0]].one_phase = True
@@ -243,25 +281,40 @@ class Coordinator:
         with metrics.handler("REQP", "request"):
             timeout = self.reqp.timeout(timeout)
             prepared, transaction = self.reqp.prepare(text)
+        if doors.ACCESS.get() == doors.READ:
+            if writes := sorted({p.op for p in prepared} - READ_OPS):
+                raise PermissionDenied(f"a read-only token may only retrieve; this request "
+                                       f"would {', '.join(writes)}")
         async for reply in self.run(prepared, transaction, timeout=timeout):
             yield reply
 
     async def load(self, chunk: pb.LoadRequest) -> AsyncIterator[pb.ExecuteReplies]:
-        """Bulk INSERT: one traffic unit per chunk, checked like ABDL inserts."""
+        """Bulk INSERT: one traffic unit per chunk, checked like ABDL inserts (a
+        columnar chunk per column, `controller/load.py`)."""
         with metrics.handler("REQP", "load"):
-            p = self.reqp.prepare_load(chunk)
+            p = (load.prepare(self.directory, chunk) if chunk.HasField("columns")
+                 else self.reqp.prepare_load(chunk))
         async for reply in self.run([p], transaction=False):
             yield reply
 
+    def load_stream(self, chunks: AsyncIterator[pb.LoadRequest]
+                    ) -> AsyncIterator[pb.ExecuteReplies]:
+        """A client's Load call: its chunks' traffic units, several in flight."""
+        return load.pipelined(chunks, self.load)
+
     async def define(self, text: str) -> Defined:
         schemas = parse_definition(text)
-        await self.ensure_up()
-        out = self.iig.define(schemas)
-        if out.created or out.reindexed:
-            # In bus order, like any traffic unit: requests sent after the definition see
-            # the new files (and indexes) on every backend.
-            async for _ in self.run([], transaction=False, update=out.update):
-                pass
+        async with self._defining:       # one at a time: IIG sees only adopted files
+            await self.ensure_up()
+            before = {s.name: self.directory.files.get(s.name) for s in schemas}
+            out = self.iig.define(schemas)
+            changed = {name: before[name] for name in (*out.created, *out.reindexed)}
+            if changed:
+                # Adopted only once every backend has stored it (definitions.py).
+                self.directory.restore_files(changed)
+                async with self._traffic():
+                    await definitions.define_everywhere(self.bus, self.directory,
+                                                        out.update, self.timeout)
         return out
 
     async def place(self, file: str, values: list[Value], asker: str = "") -> pb.PlaceReply:
@@ -272,13 +325,14 @@ class Coordinator:
             await self.bus.push_directory(update, self.timeout, skip=asker)
         return pb.PlaceReply(cluster_id=cid, directory=self.iig.cluster_definition(cid))
 
-    async def status(self) -> pb.StatusReply:
+    async def status(self, file: str = "") -> pb.StatusReply:
         out = pb.StatusReply(expected_backends=len(self.links), files=sorted(
             self.directory.files), directory_digest=self.directory.digest(),
             metrics_url=self.metrics_url, internal_timing=self.internal_timing)
         for link in self.links:
             out.backends.add(name=link.name, address=link.address, reachable=link.up,
                              error=link.error, metrics_url=link.metrics_url)
+        describe(out, self.directory, file)
         return out
 
     async def close(self) -> None:

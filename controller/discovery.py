@@ -1,12 +1,21 @@
-"""Finding the backend replicas: Docker's DNS answers a service name with every replica."""
+"""Finding the backend replicas: Docker's DNS answers a service name with every replica.
+
+`docker-compose up --scale backend=N` starts the N backend containers before the
+controller (depends_on), and each is in the compose network's DNS from its start. So
+the controller takes the set the name resolves to once it has stopped changing for a
+moment (SETTLE_S) and holds at least a minimum (--min-backends, default 1). Replicas
+that appear later are admitted as they come (controller/server.py, `rediscover`).
+"""
 
 from __future__ import annotations
 
-import logging
 import socket
 import time
 
-log = logging.getLogger("mbds.controller")
+# How long the resolved set must stay the same before the controller takes it: replicas
+# of one `up` come within a second or two of each other.
+SETTLE_S = 3.0
+POLL_S = 0.5
 
 
 def resolve(host: str, port: int) -> list[str]:
@@ -17,16 +26,27 @@ def resolve(host: str, port: int) -> list[str]:
     return sorted({f"{info[4][0]}:{port}" for info in infos})
 
 
-def discover_backends(target: str, expect: int, *, timeout: float = 300.0) -> list[str]:
-    """Wait until `target`'s name resolves to at least `expect` addresses; return them."""
+def discover_backends(target: str, minimum: int = 1, *, settle: float = SETTLE_S,
+                      timeout: float = 300.0, poll: float = POLL_S) -> list[str]:
+    """Every replica `target`'s name resolves to, once at least `minimum` resolve and the
+    set has been the same for `settle` seconds."""
     host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(f"--discover {target[:200]!r}: expected HOST:PORT")
+    minimum = max(minimum, 1)
     deadline = time.monotonic() + timeout
+    found: list[str] = []
+    since = time.monotonic()
     while True:
-        found = resolve(host, int(port))
-        if found and len(found) >= max(expect, 1):
+        now = resolve(host, int(port))
+        if now != found:
+            found, since = now, time.monotonic()
+            # Printed, not logged: the container's log shows what the controller waits for.
+            print(f"controller: {len(found)} backends at {target} (at least {minimum} "
+                  f"needed): {', '.join(found) or 'none yet'}", flush=True)
+        elif len(found) >= minimum and time.monotonic() - since >= settle:
             return found
         if time.monotonic() > deadline:
-            raise SystemExit(f"expected {expect} backends at {target}, found {len(found)}: "
-                             f"{', '.join(found) or 'none'}")
-        log.info("waiting for backends at %s: %d of %d", target, len(found), expect)
-        time.sleep(1)
+            raise SystemExit(f"expected at least {minimum} backends at {target}, found "
+                             f"{len(found)}: {', '.join(found) or 'none'}")
+        time.sleep(poll)

@@ -9,10 +9,14 @@ every request touching it gets all backends working.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from mbds import metrics
+from controller.load import LoadBatch, PreparedLoad
+from mbds import columns, metrics
 from mbds.directory import Descriptor, Directory, file_schema_to_pb
 from mbds.errors import DefinitionError, shorten
 from mbds.proto import mbds_pb2 as pb
@@ -115,18 +119,23 @@ class Iig:
         ids: list[int] = []
         for i, did in enumerate(key):
             if did is None:      # a type-C value seen for the first time
-                new = self._new_descriptor(file, attrs[i], "C", value=directory_values[i])
-                d.apply(pb.DirectoryUpdate(descriptors=[new]))
-                update.descriptors.append(new)
-                did = new.id
+                did = self._type_c(file, attrs[i], directory_values[i], update)
             ids.append(did)
-        dids = tuple(ids)
-        cid = d.cluster_ids.get((file, dids))
+        return self._cluster(file, tuple(ids), update)
+
+    def _type_c(self, file: str, attr: str, value: Value, update: pb.DirectoryUpdate) -> int:
+        new = self._new_descriptor(file, attr, "C", value=value)
+        self.directory.apply(pb.DirectoryUpdate(descriptors=[new]))
+        update.descriptors.append(new)
+        return int(new.id)
+
+    def _cluster(self, file: str, dids: tuple[int, ...], update: pb.DirectoryUpdate) -> int:
+        cid = self.directory.cluster_ids.get((file, dids))
         if cid is None:
             cid = self.next_cluster
             self.next_cluster += 1
             cluster = pb.Cluster(id=cid, file=file, descriptor_ids=dids)
-            d.apply(pb.DirectoryUpdate(clusters=[cluster]))
+            self.directory.apply(pb.DirectoryUpdate(clusters=[cluster]))
             update.clusters.append(cluster)
         return cid
 
@@ -137,6 +146,11 @@ class Iig:
         Returns the number of clusters each request touched."""
         clusters_per_request = []
         for i, p in enumerate(prepared):
+            if isinstance(p, PreparedLoad) and p.batch is not None:
+                with metrics.handler("IIG", "place_batch"):
+                    clusters_per_request.append(
+                        self.place_batch(i, p.batch, backends, update, units))
+                continue
             clusters: set[int] = set()
             for ins in p.inserts:
                 schema = self.directory.files[ins.file]
@@ -157,17 +171,19 @@ class Iig:
         return clusters_per_request
 
     def unplace(self, backends: list[str], units: dict[int, pb.TrafficUnit]) -> None:
-        """Take back the placement of a traffic unit that failed: its records were not
-        stored, so the next records of their clusters go where these were meant to. (In
-        the README's known limit — a backend lost after the commit decision — the others
-        did store theirs; the counts are then off by those records until the controller
-        restarts and counts again.)"""
+        """Take back the placement of a traffic unit that failed: under the commit
+        protocol no backend stored its records, so the next records of their clusters go
+        where these were meant to. (The counts only steer placement; a unit committed
+        whose client left before its answer is taken back too, and the controller
+        counts again at its next start.)"""
         for b, tu in units.items():
             name = backends[b]
             for req in tu.requests:
-                for rec in req.records:
-                    self.counts[rec.cluster_id][name] -= 1
-                    self.totals[name] -= 1
+                placed = Counter(rec.cluster_id for rec in req.records)
+                placed.update(pb.LoadColumns.FromString(req.load_columns).cluster_ids)
+                for cid, n in placed.items():
+                    self.counts[cid][name] -= n
+                    self.totals[name] -= n
 
     def place_moved(self, file: str, directory_values: list[Value]
                     ) -> tuple[int, pb.DirectoryUpdate]:
@@ -206,3 +222,95 @@ class Iig:
         counts[name] = counts.get(name, 0) + 1
         self.totals[name] = self.totals.get(name, 0) + 1
         return best
+
+    # ------------------------------------------------------- bulk load --
+    def place_batch(self, i: int, batch: LoadBatch, backends: list[str],
+                    update: pb.DirectoryUpdate, units: dict[int, pb.TrafficUnit]) -> int:
+        """Place a columnar load batch: each record's cluster (descriptor ids looked up
+        per directory column, clusters per distinct combination), then each cluster's
+        records spread over the backends as `choose_backend` would, per cluster rather
+        than per record. Request `i` of each unit gets its backend's records by column.
+        Returns the number of clusters the batch touched."""
+        schema, file, n = batch.schema, batch.schema.name, batch.count
+        d = self.directory
+        id_columns: list[list[int | None]] = []    # every None replaced below
+        for attr in schema.directory_attributes[1:]:
+            vals = batch.values(schema.index[attr]) or [None] * n
+            find = d.at[(file, attr)].find
+            ids = list(map(find, vals))
+            if None in ids:     # type-C values seen for the first time (once each)
+                for j, did in enumerate(ids):
+                    if did is None:
+                        found = find(vals[j])      # allocated for an earlier record
+                        ids[j] = (self._type_c(file, attr, vals[j], update)
+                                  if found is None else found)
+            id_columns.append(ids)
+        file_did = d.at[(file, "FILE")].find(file)
+        assert file_did is not None
+        keys = list(zip(repeat(file_did), *id_columns))
+        cid_of = {k: self._cluster(file, k, update) for k in dict.fromkeys(keys)}
+        cids = list(map(cid_of.__getitem__, keys))
+        per_cluster = Counter(cids)
+        shares = {cid: self._spread(cid, k, backends) for cid, k in sorted(per_cluster.items())}
+        if len(backends) == 1:
+            units[0].requests[i].load_columns = self._columns(batch, cids, None)
+        else:
+            order = sorted(range(n), key=cids.__getitem__)     # records by cluster
+            mine: list[list[int]] = [[] for _ in backends]
+            start = 0
+            for cid in sorted(per_cluster):
+                for b, k in enumerate(shares[cid]):
+                    mine[b].extend(order[start:start + k])
+                    start += k
+            for b, idx in enumerate(mine):
+                if idx:
+                    units[b].requests[i].load_columns = self._columns(
+                        batch, [cids[j] for j in idx], idx)
+        for tu in units.values():
+            tu.requests[i].record_count = n
+        return len(per_cluster)
+
+    def _spread(self, cid: int, k: int, backends: list[str]) -> list[int]:
+        """How many of `k` new records of cluster `cid` each backend stores: the fewest
+        of the cluster first, ties to the fewest overall (so even ±1, as per record)."""
+        counts = self.counts.setdefault(cid, {})
+        level = [counts.get(b, 0) for b in backends]
+        give = [0] * len(backends)
+        while k:
+            low = min(level)
+            lowest = sorted((j for j, x in enumerate(level) if x == low),
+                            key=lambda j: (self.totals.get(backends[j], 0) + give[j], j))
+            above = [x for x in level if x > low]
+            step = min(k // len(lowest), (min(above) - low) if above else k)
+            if step == 0:       # fewer records than backends at the lowest level
+                lowest = lowest[:k]
+                step = 1
+            for j in lowest:
+                give[j] += step
+                level[j] += step
+            k -= step * len(lowest)
+        for j, b in enumerate(backends):
+            counts[b] = counts.get(b, 0) + give[j]
+            self.totals[b] = self.totals.get(b, 0) + give[j]
+        return give
+
+    @staticmethod
+    def _columns(batch: LoadBatch, cids: list[int], idx: list[int] | None) -> bytes:
+        """One backend's records of a batch (`idx`; None: all of them) as a serialized
+        `LoadColumns` in the file's attribute order. When all go to one backend in the
+        file's order, the client's columns are passed on as they came: their bytes,
+        followed by those of the cluster ids (serialized messages concatenated merge).
+        Split over backends, each column keeps its kind (`columns.take`)."""
+        head = pb.LoadColumns(count=len(cids), first=batch.first, cluster_ids=cids)
+        if idx is None:
+            if batch.source is not None:
+                return batch.source.SerializeToString() + head.SerializeToString()
+            for col in batch.wire:
+                head.columns.add().CopyFrom(col)
+            head.bodies.CopyFrom(batch.bodies)
+            return head.SerializeToString()
+        pick = itemgetter(*idx) if len(idx) > 1 else (lambda vs: (vs[idx[0]],))
+        for a, col in enumerate(batch.wire):
+            columns.take(col, batch.entries(a), pick, head.columns.add())
+        columns.take(batch.bodies, batch.entries(-1), pick, head.bodies)
+        return head.SerializeToString()

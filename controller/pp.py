@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from controller.bus import BackendFailure, Inbox
+from controller.inbox import BackendFailure, Inbox
 from controller.reqp import Prepared
 from mbds import metrics
 from mbds.proto import mbds_pb2 as pb
@@ -79,7 +79,7 @@ def _batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]
 def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
     """The response time: from the traffic unit's arrival to this acknowledgement."""
     done.done.elapsed_ms = (time.perf_counter() - t0) * 1000
-    metrics.REQUEST_SECONDS.labels(op).observe(done.done.elapsed_ms / 1000)
+    metrics.child(metrics.REQUEST_SECONDS, op).observe(done.done.elapsed_ms / 1000)
     return done
 
 
@@ -108,8 +108,7 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
     try:
         for i, p in enumerate(prepared):
             with metrics.handler("PP", "request_count"):
-                out.append(pb.ExecuteReply(request_index=i, header=pb.ReplyHeader(
-                    op=p.op, columns=p.columns)))
+                out.append(pb.ExecuteReply(request_index=i, header=p.header))
                 stats = pb.RequestStats()
             with metrics.handler("PP", "aggregate_ops"):
                 aggs = _Aggregates(p) if p.aggregates else None
@@ -140,8 +139,7 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                     aggs.add(msg.group)
                 inbox.consumed_batch(link)
                 if metrics.internal_timing():   # PP's own work, not the client's
-                    metrics.HANDLER_SECONDS.labels("PP", "results", "").observe(
-                        time.perf_counter() - t_msg)
+                    metrics.observe_handler("PP", "results", "", time.perf_counter() - t_msg)
             with metrics.handler("PP", "reply"):
                 final: list[pb.ExecuteReply] = []
                 if aggs is not None:

@@ -10,16 +10,20 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from controller.abdl import TextTooLong, ast, parse
+from controller.checks import check_value, modifier
+from controller.checks import describe as _describe
+from controller.checks import where as _where
 from mbds.directory import Directory
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
 from mbds.traffic import COMPARE, RELOP_PB
-from mbds.values import INT64_MAX, INT64_MIN, Value, from_pb, out_of_range, to_pb
+from mbds.values import Value, from_pb, to_pb
 
-# What a client may send; each bound is refused with its limit named (README, "ABDL").
+# What a client may send; each bound is refused with its limit named (docs/abdl.md, "Limits").
 # The characters of a request's or transaction's text outside record bodies: bodies are
 # data, bounded by gRPC's message size alone, while the rest costs a parse.
 MAX_TEXT = 1 << 20
@@ -56,29 +60,14 @@ class Prepared:
     left_width: int = 0
     inserts: list[PreparedInsert] = field(default_factory=list)
 
-
-def _where(pos: ast.Pos | None) -> str:
-    return f"line {pos.line}, column {pos.column}: " if pos else ""
-
-
-def _describe(v: Value) -> str:
-    kind = type(v).__name__.replace('str', 'string').replace('int', 'integer')
-    return f"{kind} {shorten(repr(v))}"
+    @cached_property
+    def header(self) -> pb.ReplyHeader:
+        """PP's first reply to the request, built once (REQP keeps prepared requests)."""
+        return pb.ReplyHeader(op=self.op, columns=self.columns)
 
 
 def _too_many(what: str, count: int, unit: str, limit: int) -> SemanticError:
     return SemanticError(f"{what} has {count} {unit}, at most {limit} allowed")
-
-
-def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -> Value:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SemanticError(f"{_where(pos)}{value!r} is not a finite number")
-    if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-        raise SemanticError(f"{_where(pos)}{out_of_range(value)}")
-    if not attr.accepts(value):
-        raise SemanticError(f"{_where(pos)}type mismatch: {file}.{attr.name} is {attr.type}, "
-                            f"got {_describe(value)}")
-    return float(value) if attr.type == "float" and isinstance(value, int | float) else value
 
 
 class Reqp:
@@ -235,7 +224,7 @@ class Reqp:
         req = pb.Request(op=OPS[r.op], retrieval=pb.Retrieval(query=query))
         prepared = Prepared(r.op, req, columns=[])
         if isinstance(r, ast.Update):
-            req.modifier.CopyFrom(self._modifier(r.modifier, files))
+            req.modifier.CopyFrom(modifier(r.modifier, files))
             req.moves_records = any(r.modifier.attr in f.directory_attributes for f in files)
         return prepared
 
@@ -329,48 +318,3 @@ class Reqp:
                          right=pb.Retrieval(query=rq, targets=ritems))
         return Prepared("RETRIEVE_COMMON", req, columns=columns, common=(la.name, ra.name),
                         left_width=len(lnames))
-
-    def _modifier(self, m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
-        if m.attr == "FILE":
-            raise SemanticError(f"{_where(m.pos)}FILE cannot be updated")
-        out = pb.Modifier(attr=m.attr)
-        for f in files:
-            target = f.by_name.get(m.attr)
-            if target is None:
-                raise SemanticError(f"{_where(m.pos)}unknown attribute {shorten(m.attr)} in "
-                                    f"file {f.name}")
-            source_name = m.source
-            if m.bare_word and isinstance(m.value, str) and m.value.upper() in f.by_name:
-                source_name = m.value.upper()       # <A = B>: copy attribute B
-            if source_name is None:
-                to_pb(check_value(target, m.value, m.pos, f.name), out.value)
-                continue
-            source = f.by_name.get(source_name)
-            if source is None:
-                raise SemanticError(f"{_where(m.pos)}unknown attribute {shorten(source_name)} "
-                                    f"in file {f.name}")
-            out.source = source_name
-            if m.arith is None:
-                if source.type != target.type and not (
-                        target.type == "float" and source.type == "integer"):
-                    raise SemanticError(f"{_where(m.pos)}type mismatch: cannot copy "
-                                        f"{source.type} {source_name} into {target.type} "
-                                        f"{m.attr}")
-                continue
-            if "string" in (source.type, target.type):
-                raise SemanticError(f"{_where(m.pos)}arithmetic on string attribute "
-                                    f"{source_name if source.type == 'string' else m.attr}")
-            value = m.value
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                raise SemanticError(f"{_where(m.pos)}arithmetic needs a number, got "
-                                    f"{_describe(value)}")
-            if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-                raise SemanticError(f"{_where(m.pos)}{out_of_range(value)}")
-            if m.arith == "/" and value == 0:
-                raise SemanticError(f"{_where(m.pos)}division by zero")
-            if target.type == "integer" and (source.type == "float" or isinstance(value, float)):
-                raise SemanticError(f"{_where(m.pos)}type mismatch: {m.attr} is integer but "
-                                    f"{source_name} {m.arith} {value!r} is a float")
-            out.arith = m.arith
-            to_pb(value, out.value)
-        return out

@@ -10,8 +10,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from controller.abdl import AbdlSyntaxError
-from controller.coordinator import Coordinator
+from controller.coordinator import STALLED_READER, Coordinator
 from controller.session import Sessions, failure
+from mbds import tls
+from mbds.doors import RoleDoor, TokenDoor
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -43,9 +45,8 @@ class ControllerServicer(rpc.ControllerServicer):
 
     async def Load(self, request_iterator, context):
         try:
-            async for chunk in request_iterator:
-                async for reply in self.c.load(chunk):
-                    yield reply
+            async for reply in self.c.load_stream(request_iterator):
+                yield reply
         except (MbdsError, AbdlSyntaxError) as e:
             await _fail(context, e)
 
@@ -58,7 +59,11 @@ class ControllerServicer(rpc.ControllerServicer):
                               files_reindexed=out.reindexed)
 
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
-        return await self.c.status()
+        try:
+            out = await self.c.status(request.file)
+        except MbdsError as e:
+            await _fail(context, e)
+        return out
 
 
 class IigServicer(rpc.IigServicer):
@@ -91,29 +96,57 @@ async def rediscover(coordinator: Coordinator, target: str, every: float = 2.0) 
                 log.warning("could not admit %s yet: %s", ", ".join(new), e)
 
 
+# What a read-only token may call; Execute and Session also refuse a request text
+# that would change data (Coordinator.execute).
+READ_METHODS = frozenset({"Execute", "Session", "Status"})
+
+
+def _client_port(server: grpc.aio.Server, listen: str, identity: tls.Identity | None,
+                 plaintext: bool, tokens: dict[str, str] | None, insecure: bool) -> int:
+    """The client port: TLS with the controller's certificate when there is one, plaintext
+    only on loopback (or --insecure), and never plaintext with tokens, which it would leak."""
+    if identity is not None and not plaintext:
+        return server.add_secure_port(listen, identity.client_server())
+    if tokens:
+        raise tls.TlsError("client tokens need TLS on the client port (--tls-dir, "
+                           "without --client-plaintext)")
+    tls.check_plaintext(listen, "the controller's client port", insecure)
+    return server.add_insecure_port(listen)
+
+
 async def serve(*, listen: str, backends: list[str], advertise: str = "", discover: str = "",
                 internal_timing: bool = True, timeout: float = 60.0,
-                split_search_from: int = 1,
+                stalled_reader: float = STALLED_READER, split_search_from: int = 1,
                 connect_timeout: float = 30.0, grace: float = 5.0, metrics_port: int = 0,
                 data_dir: Path | None = None, synchronous: str = "NORMAL",
                 internal_listen: str = "127.0.0.1:0",
+                tls_dir: Path | None = None, client_plaintext: bool = False,
+                tokens: dict[str, str] | None = None, insecure: bool = False,
                 ready: asyncio.Event | None = None) -> None:
     """Run the controller until SIGTERM/SIGINT.
 
     Clients reach the Controller service on `listen`; the backends reach IIG on
     `internal_listen`, a server of its own, so no client can call what only
     backends may (placing a moved record allocates directory entries everywhere)."""
+    identity = tls.Identity.load(tls_dir, "controller") if tls_dir else None
+    tls.use(identity)
     options = [("grpc.max_receive_message_length", MAX_MESSAGE)]
-    server = grpc.aio.server(options=options)
-    port = server.add_insecure_port(listen)
+    server = grpc.aio.server(options=options, interceptors=[
+        TokenDoor(tokens, READ_METHODS)] if tokens else [])
+    port = _client_port(server, listen, identity, client_plaintext, tokens, insecure)
     host = listen.rsplit(":", 1)[0]
-    internal = grpc.aio.server(options=options)
-    internal_port = internal.add_insecure_port(internal_listen)
+    internal = grpc.aio.server(options=options, interceptors=[
+        RoleDoor({"mbds.Iig": "backend"})] if identity else [])
+    if identity is None:
+        tls.check_plaintext(internal_listen, "IIG", insecure)
+    internal_port = (internal.add_secure_port(internal_listen, identity.internal_server())
+                     if identity else internal.add_insecure_port(internal_listen))
     ihost = internal_listen.rsplit(":", 1)[0]
     iig_address = advertise or (f"{'127.0.0.1' if ihost in ('0.0.0.0', '[::]') else ihost}"
                                 f":{internal_port}")
     coordinator = Coordinator(backends, iig_address=iig_address,
                               internal_timing=internal_timing, timeout=timeout,
+                              stalled_reader=stalled_reader,
                               split_search_from=split_search_from,
                               connect_timeout=connect_timeout, synchronous=synchronous,
                               log_path=data_dir / "decisions.db" if data_dir else None,
@@ -130,7 +163,10 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     await coordinator.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     watcher = asyncio.create_task(rediscover(coordinator, discover)) if discover else None
-    print(f"controller listening on {host}:{port} with {len(backends)} backends", flush=True)
+    door = ("TLS" if identity and not client_plaintext else "plaintext") + (
+        f", {len(tokens)} tokens" if tokens else "")
+    print(f"controller listening on {host}:{port} with {len(backends)} backends ({door})",
+          flush=True)
     print(f"controller internal (IIG) on {ihost}:{internal_port}", flush=True)
     await until_stopped(ready)
     if watcher is not None:

@@ -311,9 +311,11 @@ build_wheelhouse() {
 build_app() {
   local old
   old=$(docker image inspect -f '{{.Id}}' "$APP_IMAGE" 2>/dev/null || true)
-  # Context = docker/; docker/.dockerignore lets only .wheelhouse through.
+  # Context = the repository, as for docker-compose.yml's build; .dockerignore lets in
+  # the sources and the wheelhouse, and pip installs from the wheelhouse alone.
   docker build --build-arg BASE_IMAGE="$BASE_IMAGE" --label "mbds.source-hash=$APP_HASH" \
-    -t "$APP_IMAGE" -f "$HERE/Dockerfile" "$HERE"
+    --build-arg PIP_INSTALL="--no-index --find-links /src/docker/.wheelhouse mbds" \
+    -t "$APP_IMAGE" -f "$HERE/Dockerfile" "$ROOT"
   # The image this one replaces, unless a container still uses it.
   if [[ -n $old && $old != $(docker image inspect -f '{{.Id}}' "$APP_IMAGE") ]]; then
     docker rmi "$old" >/dev/null 2>&1 || true

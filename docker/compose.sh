@@ -6,7 +6,8 @@
 #
 # `up` always runs `down` first (never with -v: the data volume stays), because
 # docker-compose 1.29.2 fails to recreate containers on newer Docker engines.
-# With `up --scale backend=N`, BACKENDS (the controller's --expect) defaults to N.
+# Everything else is plain Compose: `docker-compose up -d --scale backend=N` works
+# the same wherever containers need no recreating (a fresh or a downed project).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,14 +34,6 @@ while (($#)) && [[ $1 == -* ]]; do
 done
 
 if [[ ${1:-} == up ]]; then
-  if [[ -z ${BACKENDS:-} ]]; then
-    prev=""
-    for arg in "$@"; do
-      if [[ $arg == --scale=backend=* ]]; then export BACKENDS=${arg#--scale=backend=}; fi
-      if [[ $prev == --scale && $arg == backend=* ]]; then export BACKENDS=${arg#backend=}; fi
-      prev=$arg
-    done
-  fi
   "${compose[@]}" "${global[@]}" down --remove-orphans
 fi
 exec "${compose[@]}" "${global[@]}" "$@"

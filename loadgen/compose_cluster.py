@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -25,12 +26,13 @@ class ComposeCluster:
         self.n = backends
         self.project = f"mbds_bench_{uuid.uuid4().hex[:8]}"
         # Host port 0: the engine binds free ports; the controller's is read back at start.
-        self.env = {**os.environ, "BACKENDS": str(backends),
+        self.env = {**os.environ, "MBDS_MIN_BACKENDS": str(backends),
                     "BACKEND_CPUS": str(backend_cpus or 0.5),
                     "MBDS_INTERNAL_TIMING": "on" if internal_timing else "off",
                     "MBDS_PORT": "0", "PROMETHEUS_PORT": "0"}
         self.start_timeout = start_timeout
         self.address = ""
+        self.ca: Path | None = None       # the stack's CA, once started
 
     def _compose(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(COMPOSE), "-p", self.project, *args], env=self.env,
@@ -45,10 +47,11 @@ class ComposeCluster:
             self.stop()
             raise RuntimeError(f"no published controller port:\n{port.stderr}")
         self.address = port.stdout.strip().splitlines()[0]
+        self.ca = self._fetch_ca()
         deadline = time.monotonic() + self.start_timeout
         while True:
             try:
-                with Client(self.address, timeout=5) as c:
+                with Client(self.address, timeout=5, ca=self.ca) as c:
                     s = c.status()
                 if len(s.backends) == self.n and all(b.reachable for b in s.backends):
                     return self.address
@@ -59,6 +62,20 @@ class ComposeCluster:
                 self.stop()
                 raise RuntimeError(f"the stack did not become ready:\n{logs}")
             time.sleep(1)
+
+    def _fetch_ca(self) -> Path:
+        """The stack's CA, copied out of its `certs` volume: clients on the host check the
+        controller's TLS certificate with it."""
+        out = subprocess.run([str(COMPOSE), "-p", self.project, "exec", "-T", "controller",
+                              "cat", "/certs/ca.pem"], env=self.env, capture_output=True,
+                             timeout=120, check=False)
+        if out.returncode != 0 or not out.stdout.startswith(b"-----BEGIN"):
+            self.stop()
+            raise RuntimeError(f"cannot read the stack's CA: {out.stderr[-500:]!r}")
+        self._ca_dir = tempfile.TemporaryDirectory(prefix="mbds-ca-")
+        path = Path(self._ca_dir.name) / "ca.pem"
+        path.write_bytes(out.stdout)
+        return path
 
     def stop(self) -> None:
         self._compose("down", "-v", "--remove-orphans")

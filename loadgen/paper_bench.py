@@ -17,12 +17,19 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import Progress
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from loadgen import paper_db as P
 from loadgen import paper_report
@@ -31,12 +38,13 @@ from loadgen.compose_cluster import ComposeCluster
 from loadgen.cpu import BackendCpu
 from loadgen.paper_control import Together, start_together
 from loadgen.paper_results import Config, ConfigResult
+from loadgen.paper_summary import console_for_summary
 from loadgen.speed import speed_probe_ms
 from loadgen.table8 import Scrape, handler_rows, scrape, settle
 from mbds.client import Client
 from mbds.cluster import LocalCluster
 
-console = Console()
+console = console_for_summary()
 
 
 def configurations(backends: list[int], timings: list[bool], control: bool = False
@@ -84,11 +92,14 @@ class Running:
 
 def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: float | None,
                  workdir: Path, metrics_port: int, compose: bool = False,
-                 split_search_from: int = 1) -> Running:
-    """Start a fresh cluster for `cfg` and load its database (untimed)."""
+                 split_search_from: int = 1,
+                 advance: Callable[[int], object] | None = None) -> Running:
+    """Start a fresh cluster for `cfg` and load its database (untimed); `advance` hears
+    each loaded chunk's record count."""
     if cfg.kind == "X":
         together, load_s = start_together(cfg, scale=scale, record_bytes=record_bytes,
-                                          backend_cpus=backend_cpus, workdir=workdir)
+                                          backend_cpus=backend_cpus, workdir=workdir,
+                                          advance=advance)
         meter = BackendCpu(together)
         return Running(ConfigResult(cfg, load_s=load_s), together, together, [],
                        None if meter.read() is None else meter)
@@ -104,9 +115,9 @@ def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: fl
     cluster.start()
     res = ConfigResult(cfg)
     try:
-        c = Client(cluster.address, timeout=600)
+        c = Client(cluster.address, timeout=600, ca=cluster.ca)
         t0 = time.perf_counter()
-        P.load(c, scale, cfg.multi, record_bytes)
+        P.load(c, scale, cfg.multi, record_bytes, advance)
         res.load_s = time.perf_counter() - t0
         urls: list[str] = []
         if cfg.timing:
@@ -123,6 +134,14 @@ def start_config(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: fl
     return Running(res, cluster, c, urls, cpu)
 
 
+def work(cfg: Config, request: int, scale: int) -> float:
+    """A run's expected cost, for the progress bar's ETA: the records its busiest backend
+    retrieves (B_n splits A's among n; C_n and A×n give each backend A's), plus a fixed
+    part for the request's round trip (request 1 retrieves almost nothing)."""
+    records = P.REQUESTS[request - 1].expected_records(scale, 1)
+    return records / (cfg.backends if cfg.kind == "B" else 1) + 10 * scale + 100
+
+
 def measure(running: list[Running], *, scale: int, runs: int, requests: list[int],
             table8: list[int], progress: Progress) -> None:
     """Every request `runs` times on every configuration, interleaved.
@@ -131,11 +150,14 @@ def measure(running: list[Running], *, scale: int, runs: int, requests: list[int
     so a slow spell of the machine falls on all configurations alike instead of on
     whichever one happened to be measured then.
     """
-    task = progress.add_task("measuring", total=len(requests) * runs * len(running))
+    task = progress.add_task("measuring", total=sum(
+        (runs + 1) * work(r.result.config, q, scale) for q in requests for r in running))
     for n in requests:
+        progress.update(task, description=f"measuring request {n}")
         text = P.REQUESTS[n - 1].abdl(scale)
         for r in running:
             timed_request(r.client, text)            # warm-up: caches as in steady state
+            progress.advance(task, work(r.result.config, n, scale))
         before = {id(r): scrape(r.urls) for r in running if r.urls and n in table8}
         times: dict[int, list[float]] = {id(r): [] for r in running}
         own: dict[int, list[tuple[float, float]]] = {id(r): [] for r in running}
@@ -151,7 +173,7 @@ def measure(running: list[Running], *, scale: int, runs: int, requests: list[int
                     spent = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
                     cpu[id(r)].append((statistics.fmean(spent), max(spent)))
                 r.result.records[n], r.result.clusters[n] = got.rows, got.clusters
-                progress.advance(task)
+                progress.advance(task, work(r.result.config, n, scale))
         for r in running:
             r.result.times_ms[n] = times[id(r)]
             r.result.backend_ms[n] = own[id(r)]
@@ -198,10 +220,18 @@ def machine(backend_cpus: float | None, compose: bool, split_search_from: int = 
 @click.option("--compose", is_flag=True,
               help="Run each configuration on docker-compose (images from "
                    "docker/build-images.sh); --backend-cpus is each container's CPU limit.")
+@click.option("--table2", "table2_file", type=click.Path(exists=True, dir_okay=False,
+                                                         path_type=Path), default=None,
+              help="Table 2 as `mbds paper table2 --save` wrote it: into the report, and "
+                   "request 1's median on 2 backends without a budget into the verdicts.")
+@click.option("--tables", "all_tables", is_flag=True,
+              help="Print every table (Tables 3–8 and their parts), not only the summary.")
 def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str, timing: str,
           table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int | None,
-          split_search_from: int, control: bool, compose: bool) -> None:
-    """Reproduce the paper's Tables 3–8 with local clusters."""
+          split_search_from: int, control: bool, compose: bool, table2_file: Path | None,
+          all_tables: bool) -> None:
+    """Reproduce the paper's Tables 3–8 with local clusters; print the claims at a glance
+    and the verdicts (all tables in report.md, or here with --tables)."""
     try:
         import matplotlib  # noqa: F401 - fail before hours of measuring, not after
     except ImportError:
@@ -215,6 +245,7 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
     if control and "off" not in timing:
         raise click.ClickException("--control needs --timing off (A×n is measured without "
                                    "internal timing, as A.E and C_n.E are)")
+    table2 = read_table2(table2_file) if table2_file else None
     counts = sorted({int(x) for x in backends.split(",")} | {1})
     timings = [t.strip() == "on" for t in timing.split(",")]
     reqs = [int(x) for x in requests.split(",")]
@@ -224,19 +255,27 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
     configs = configurations(counts, timings, control)
     speed = {"before": speed_probe_ms()}
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp, Progress(
+            TextColumn("{task.description:<22}"), BarColumn(), TaskProgressColumn(),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
             console=console, transient=True) as progress:
         try:
             # Every configuration's cluster is up at once (idle ones cost no CPU), so
             # their runs can be interleaved; each has its own ports and files.
+            total = sum(loaded_records(cfg, scale) for cfg in configs)
+            task = progress.add_task("loading", total=total)
+            t0 = time.perf_counter()
             for i, cfg in enumerate(configs):
+                progress.update(task, description=f"loading {cfg.name}")
                 running.append(start_config(
                     cfg, scale=scale, record_bytes=record_bytes, backend_cpus=backend_cpus,
                     workdir=Path(tmp), metrics_port=(metrics_base + (max(counts) + 1) * i
                                                   if metrics_base else 0),
-                    compose=compose, split_search_from=split_search_from))
-                each = f"{cfg.backends} × " if cfg.kind == "X" else ""
-                console.print(f"{cfg.name}: loaded {each}{cfg.records * scale} records in "
-                              f"{running[-1].result.load_s:.1f} s")
+                    compose=compose, split_search_from=split_search_from,
+                    advance=lambda k: progress.advance(task, k)))
+            progress.remove_task(task)
+            console.print(f"loaded {len(configs)} configurations ({total:,} records) in "
+                          f"{time.perf_counter() - t0:.0f} s; measuring {runs} runs of "
+                          f"{len(reqs)} requests on each")
             measure(running, scale=scale, runs=runs, requests=reqs,
                     table8=[int(x) for x in table8.split(",") if x], progress=progress)
             speed["after"] = speed_probe_ms()
@@ -249,6 +288,30 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
             "backends": counts, "machine": machine(backend_cpus, compose, split_search_from) | {
                 "speed_probe_ms": speed},
             "configs": [asdict(r.config) for r in results]}
-    paper_report.write(out, meta, results, console)
+    if table2 is not None:
+        meta["table2"] = table2
+    paper_report.write(out, meta, results, console, all_tables=all_tables)
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
-    console.print(f"results in {out}")
+
+
+def loaded_records(cfg: Config, scale: int) -> int:
+    """Records a configuration loads: A×n loads A's records into each of its n clusters."""
+    return cfg.records * scale * (cfg.backends if cfg.kind == "X" else 1)
+
+
+def read_table2(path: Path) -> dict:
+    """Table 2 as `mbds paper table2 --save` wrote it, or a clear error naming what is wrong."""
+    try:
+        t2 = json.loads(path.read_text())
+        rows = t2["rows"]
+        for r in rows:
+            if not (isinstance(r["request"], int) and isinstance(r["median_ms"], (int, float))):
+                raise ValueError(f"row {str(r)[:80]} has no integer request and median_ms")
+        for key in ("scale", "multi", "runs", "backends"):
+            if not isinstance(t2[key], int):
+                raise ValueError(f"{key} is not an integer")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        what = f"missing {e}" if isinstance(e, KeyError) else str(e)[:200]
+        raise click.ClickException(f"--table2 {path}: not a `mbds paper table2 --save` "
+                                   f"file ({what})") from None
+    return t2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -64,7 +65,8 @@ class Together:
 
 
 def start_together(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: float | None,
-                   workdir: Path) -> tuple[Together, float]:
+                   workdir: Path, advance: Callable[[int], object] | None = None
+                   ) -> tuple[Together, float]:
     """Start and load the n clusters of A×n (each with A's records); (them, load seconds)."""
     t = Together()
     try:
@@ -76,7 +78,7 @@ def start_together(cfg: Config, *, scale: int, record_bytes: int, backend_cpus: 
             cluster.start()
             client = Client(cluster.address, timeout=600)
             t.clients.append(client)
-            P.load(client, scale, 1, record_bytes)
+            P.load(client, scale, 1, record_bytes, advance)
         # One thread per cluster: all n requests leave at once, as C_n's broadcast does.
         t.pool = ThreadPoolExecutor(cfg.backends, thread_name_prefix="together")
         return t, time.perf_counter() - t0

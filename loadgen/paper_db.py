@@ -8,7 +8,7 @@ pair M times with MULTI = One, Two, … (the paper's C configuration doubles).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mbds.client import Client
@@ -50,11 +50,14 @@ def records(scale: int = 1, multi: int = 1, record_bytes: int = 200
             yield [i, i, name, *([pad] * 30)], None
 
 
-def load(client: Client, scale: int = 1, multi: int = 1, record_bytes: int = 200) -> None:
-    """Define the file and load its records through `client` (the benchmarks' set-up)."""
+def load(client: Client, scale: int = 1, multi: int = 1, record_bytes: int = 200,
+         advance: Callable[[int], object] | None = None) -> None:
+    """Define the file and load its records through `client` (the benchmarks' set-up);
+    `advance` hears each chunk's record count (a progress bar)."""
     client.define(definition_yaml(scale))
-    for _ in client.load(FILE, ATTRIBUTES, records(scale, multi, record_bytes)):
-        pass
+    for done in client.load(FILE, ATTRIBUTES, records(scale, multi, record_bytes)):
+        if advance is not None:
+            advance(done.stats.records_retrieved)
 
 
 @dataclass(frozen=True)

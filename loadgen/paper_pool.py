@@ -14,12 +14,12 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from loadgen import paper_report
 from loadgen.paper_results import Config, ConfigResult
+from loadgen.paper_summary import console_for_summary
 
-console = Console()
+console = console_for_summary()     # 100 columns, as `mbds bench paper` prints
 
 # What must agree for runs to be pooled: the same database, requests and machine shape.
 SAME = ("scale", "record_bytes", "requests", "backends")

@@ -1,4 +1,5 @@
-"""Tables 3–8 of a `mbds bench paper` run: printed, and written as CSV, JSON, markdown, PNG."""
+"""Tables 3–8 of a `mbds bench paper` run, written as CSV, JSON, markdown and PNG; the
+terminal gets their summary (paper_summary), or all of them with --tables."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from loadgen import paper_control, paper_parts, paper_targets
+from loadgen import paper_control, paper_parts, paper_plots, paper_summary, paper_targets
 from loadgen.formulas import (
     PAPER_IMPROVEMENT,
     PAPER_REDUCTION,
@@ -123,13 +123,32 @@ def build_tables(meta: dict, results: list[ConfigResult]) -> dict[str, dict]:
         tables["table8"] = {"title": "Table 8. Mean time per message handler (ms)",
                             "columns": ["config", "request", "process", "handler", "backend",
                                         "mean ms", "calls/request"], "rows": rows}
-    m = meta["machine"]
-    targets = paper_targets.targets_table(
-        by, reqs, ns, f"scale {meta['scale']}, CPU budget per backend "
-        f"{m.get('backend_cpus') or 'none'}")
-    if targets is not None:
-        tables["targets"] = targets
-    return tables
+    speed = speedup_table(by, reqs, ns)
+    if speed is not None:
+        tables["speedup"] = speed
+    # The summary the terminal shows first, and report.md too.
+    summary = {"table2": paper_summary.table2_table(meta["table2"])
+               if meta.get("table2") else None,
+               "verdicts": paper_targets.verdicts(by, reqs, ns, meta, meta.get("table2")),
+               "claims": paper_summary.claims_table(by, reqs, ns),
+               "verdict_figures": paper_summary.verdict_figures(by, reqs, ns)}
+    return {k: v for k, v in summary.items() if v is not None} | tables
+
+
+def speedup_table(by: dict[str, ConfigResult], reqs: list[int], ns: list[int]) -> dict | None:
+    """DeWitt and Gray's terms: speedup T(A)/T(B_n) (linear: n) and scaleup T(A)/T(C_n)
+    (linear: 1), from mean response times."""
+    bs = [n for n in ns if f"B{n}.E" in by]
+    cs = [n for n in ns if f"C{n}.E" in by]
+    if "A.E" not in by or not bs:
+        return None
+    a = by["A.E"]
+    rows = [[str(q)] + [f"{a.mean(q) / by[f'B{n}.E'].mean(q):.2f}" for n in bs]
+            + [f"{a.mean(q) / by[f'C{n}.E'].mean(q):.2f}" for n in cs] for q in reqs]
+    return {"title": "Speedup T(A)/T(B_n) and scaleup T(A)/T(C_n) in DeWitt and Gray's "
+                     "terms (means; linear speedup is n, linear scaleup 1)",
+            "columns": ["request"] + [f"speedup 1→{n}" for n in bs]
+            + [f"scaleup 1→{n}" for n in cs], "rows": rows}
 
 
 def _speed(probe: dict[str, float]) -> str:
@@ -161,7 +180,8 @@ def _markdown(meta: dict, tables: dict[str, dict]) -> str:
         "seconds and only partly legible in the scan; ours are in milliseconds. Compare "
         "the percentages of Tables 4, 5 and 7.", ""]
     for t in tables.values():
-        lines += [f"## {t['title']}", "", "| " + " | ".join(t["columns"]) + " |",
+        columns = [c.replace("\n", " ") for c in t["columns"]]
+        lines += [f"## {t['title']}", "", "| " + " | ".join(columns) + " |",
                   "|" + "---|" * len(t["columns"])]
         lines += ["| " + " | ".join(row) + " |" for row in t["rows"]]
         lines.append("")
@@ -172,53 +192,11 @@ def _markdown(meta: dict, tables: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def _plots(out: Path, meta: dict, results: list[ConfigResult]) -> list[str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    by = _by_name(results)
-    ns = [n for n in meta["backends"] if n > 1]
-    xs = [1] + ns
-    files = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for q in meta["requests"]:
-        ys = [by["A.E"].mean(q)] + [by[f"B{n}.E"].mean(q) for n in ns]
-        ax.plot(xs, ys, marker="o", label=f"request {q}")
-    ax.set(xlabel="backends", ylabel="mean response time (ms)", yscale="log",
-           title="Same database, more backends", xticks=xs)
-    ax.legend(fontsize=7, ncol=3)
-    fig.tight_layout()
-    fig.savefig(out / "response_time.png", dpi=110)
-    files.append("response_time.png")
-    for name, fn, title, ylabel in [
-            ("improvement.png", improvement, "Improvement against its bound (1 - 1/n)",
-             "improvement (%)"),
-            ("reduction.png", reduction, "Reduction: n backends, n× the data (ideal 0)",
-             "reduction (%)")]:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        width = 0.8 / max(1, len(ns))
-        for k, n in enumerate(ns):
-            other = f"B{n}.E" if fn is improvement else f"C{n}.E"
-            ys = [fn(by["A.E"].mean(q), by[other].mean(q)) for q in meta["requests"]]
-            ax.bar([q + k * width for q in meta["requests"]], ys, width, label=f"1→{n}")
-            if fn is improvement:
-                ax.axhline(improvement_bound(n), linestyle="--", linewidth=1, color="gray")
-        ax.set(xlabel="request", ylabel=ylabel, title=title, xticks=meta["requests"])
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        files.append(name)
-    plt.close("all")
-    return files
-
-
-def write(out: Path, meta: dict, results: list[ConfigResult], console: Console) -> None:
+def write(out: Path, meta: dict, results: list[ConfigResult], console: Console, *,
+          all_tables: bool = False) -> None:
+    """Write runs.csv, summary.json, the plots and report.md into `out`; print the
+    summary (paper_summary), or every table with `all_tables`."""
     tables = build_tables(meta, results)
-    for t in tables.values():
-        rt = Table(*t["columns"], title=t["title"])
-        for row in t["rows"][:80]:
-            rt.add_row(*row)
-        console.print(rt)
     with (out / "runs.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["config", "backends", "multi", "internal_timing", "request", "run",
@@ -242,5 +220,7 @@ def write(out: Path, meta: dict, results: list[ConfigResult], console: Console) 
          "handlers": r.handlers} for r in results]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if "table4" in tables:
-        meta["plots"] = _plots(out, meta, results)
+        meta["plots"] = paper_plots.draw(out, meta, results)
     (out / "report.md").write_text(_markdown(meta, tables))
+    paper_summary.print_summary(console, tables, out, meta.get("plots", []),
+                                all_tables=all_tables)

@@ -1,8 +1,8 @@
 """The results of `mbds bench paper`: its configurations and what each one measured.
 
 Apart from the modules that measure (paper_bench), pool (paper_pool) and report them
-(paper_report, paper_parts, paper_control, paper_targets), so each of those imports this
-one and none needs another's.
+(paper_report, paper_parts, paper_control, paper_targets, paper_summary, paper_plots),
+so each of those imports this one and none needs another's.
 """
 
 from __future__ import annotations

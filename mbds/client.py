@@ -3,25 +3,29 @@ asyncio `AsyncClient` (many sessions on one event loop), one protocol for both."
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 
-from mbds.errors import SemanticError
+from mbds import tls
+from mbds.columns import load_requests
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import MAX_MESSAGE
-from mbds.values import Value, to_pb
+from mbds.values import Value
 
 DEFAULT_CONTROLLER = os.environ.get("MBDS_CONTROLLER", "127.0.0.1:50051")
+# Records per bulk-load batch (one traffic unit): large enough that the cost per unit
+# (commit, placement, messages) is small beside the records' own.
+LOAD_CHUNK = 10_000
 
 
 class ClientError(Exception):
@@ -69,6 +73,22 @@ def _ended(batch: pb.ExecuteReplies) -> bool:
     return True
 
 
+def _credentials(ca: str | Path | None, token: str | None) -> grpc.ChannelCredentials | None:
+    """TLS when the cluster's CA is given (or env MBDS_CA), with the token (or env
+    MBDS_TOKEN); None for plaintext, which carries no token."""
+    ca = ca or os.environ.get("MBDS_CA") or None
+    token = token or os.environ.get("MBDS_TOKEN") or None
+    if ca is None:
+        if token:
+            raise ClientError("INVALID_ARGUMENT", "a token is only sent over TLS: give the "
+                              "cluster's CA (ca=, env MBDS_CA) too")
+        return None
+    try:
+        return tls.client_credentials(Path(ca), token)
+    except tls.TlsError as e:
+        raise ClientError("INVALID_ARGUMENT", str(e)) from None
+
+
 def _closed() -> ClientError:
     return ClientError("UNAVAILABLE", "the controller closed the session")
 
@@ -80,11 +100,14 @@ class Client:
     being read, from this thread or another, goes as an `Execute` call of its own."""
 
     def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
-                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+                 channel_options: Sequence[tuple[str, Any]] = (),
+                 ca: str | Path | None = None, token: str | None = None) -> None:
         self.address = address
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options])
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
+        creds = _credentials(ca, token)
+        self.channel = (grpc.secure_channel(address, creds, options=options) if creds
+                        else grpc.insecure_channel(address, options=options))
         self.stub = rpc.ControllerStub(self.channel)
         self._session: Session | None = None
         self._in_use = threading.Lock()     # held while a request is read off the session
@@ -142,40 +165,27 @@ class Client:
         except grpc.RpcError as e:
             raise _error(e) from None
 
-    def status(self) -> pb.StatusReply:
+    def status(self, file: str = "") -> pb.StatusReply:
+        """The cluster's state and every file's definition; with `file`, its descriptors."""
         try:
-            return self.stub.Status(pb.StatusRequest(), timeout=10)
+            return self.stub.Status(pb.StatusRequest(file=file), timeout=10)
         except grpc.RpcError as e:
             raise _error(e) from None
 
     def load(self, file: str, attributes: list[str],
-             rows: Iterable[tuple[Sequence[Value], str | None]], *, chunk: int = 2000
+             rows: Iterable[tuple[Sequence[Value], str | None]], *, chunk: int = LOAD_CHUNK
              ) -> Iterator[pb.RequestDone]:
-        """Bulk-insert records (values aligned with `attributes`); yields each chunk's done.
+        """Bulk-insert records (values aligned with `attributes`); yields each batch's done.
 
-        A value the wire cannot carry (an integer beyond 64 bits, say) ends the stream
-        before its chunk is sent and is raised here, named: chunks sent before it stay
-        loaded, as with any refused chunk."""
+        Records travel in columnar batches of `chunk` (`mbds/columns.py`), several in
+        flight; each batch is one traffic unit, stored on every backend or on none. A
+        value the wire cannot carry (an integer beyond 64 bits, say) ends the stream
+        before its batch is sent and is raised here, named: batches acknowledged before
+        it stay loaded, as with any refused batch."""
         refused: list[str] = []
-
-        def chunks() -> Iterator[pb.LoadRequest]:
-            req = pb.LoadRequest(file=file, attributes=attributes)
-            for n, (values, body) in enumerate(rows):
-                try:
-                    encoded = [to_pb(v) for v in values]
-                except (SemanticError, TypeError, ValueError) as e:   # gRPC would hide it
-                    refused.append(f"record {n + 1}: {e}")
-                    return
-                r = req.records.add(values=encoded)
-                if body is not None:
-                    r.body = body
-                if len(req.records) >= chunk:
-                    yield req
-                    req = pb.LoadRequest(file=file, attributes=attributes)
-            if req.records:
-                yield req
+        batches = load_requests(file, attributes, rows, chunk, refused)
         try:
-            for batch in self.stub.Load(chunks(), timeout=max(self.timeout, 3600)):
+            for batch in self.stub.Load(batches, timeout=max(self.timeout, 3600)):
                 for reply in batch.replies:
                     if reply.WhichOneof("body") == "done":
                         yield reply.done
@@ -248,93 +258,6 @@ class Session:
 def _deadline(timeout: float) -> ClientError:
     return ClientError("DEADLINE_EXCEEDED",
                        f"no answer from the controller in {timeout + 5:g} s")
-
-
-class AsyncClient:
-    """A connection to the controller for asyncio code: its own channel and one `Session`
-    stream, opened at the first request, with the synchronous `Client`'s protocol.
-
-    Requests on one client go one at a time over the session; one made while another is
-    still being read goes as an `Execute` call of its own. `execute` fails a request
-    unanswered after `timeout` + 5 s (the controller fails it at `timeout`); `batches`
-    sets no deadline of its own, so a caller timing many sessions can watch them all
-    with one timer instead of one per request.
-    """
-
-    def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
-                 channel_options: Sequence[tuple[str, Any]] = ()) -> None:
-        self.address = address
-        self.timeout = timeout
-        self.channel = grpc.aio.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options])
-        self.stub = rpc.ControllerStub(self.channel)
-        self._session: Any = None       # a grpc.aio stream-stream call
-        self._in_use = False            # a request is being read off the session
-        self.sessions_opened = 0
-
-    async def connect(self, timeout: float = 30.0) -> None:
-        """Wait until the channel is connected (so set-up is not part of a timed run)."""
-        await asyncio.wait_for(self.channel.channel_ready(), timeout)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            self._session.cancel()
-            self._session = None
-        await self.channel.close()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
-
-    async def batches(self, text: str) -> AsyncIterator[pb.ExecuteReplies]:
-        """The reply batches of one traffic unit, the last one marked `end`."""
-        if self._in_use:
-            async for batch in self._call(text):
-                yield batch
-            return
-        self._in_use = True
-        ended = False
-        try:
-            if self._session is None:
-                self._session = self.stub.Session()
-                self.sessions_opened += 1
-            await self._session.write(_request(text, self.timeout))
-            while True:
-                batch = await self._session.read()
-                if batch is grpc.aio.EOF:
-                    raise _closed()
-                ended = batch.end
-                yield batch
-                if _ended(batch):
-                    return
-        except grpc.RpcError as e:
-            raise _error(e) from None
-        finally:
-            self._in_use = False
-            if not ended and self._session is not None:   # left mid-answer: not reusable
-                self._session.cancel()
-                self._session = None
-
-    async def _call(self, text: str) -> AsyncIterator[pb.ExecuteReplies]:
-        try:
-            async for batch in self.stub.Execute(_request(text, self.timeout),
-                                                 timeout=self.timeout + 5):
-                yield batch
-        except grpc.RpcError as e:
-            raise _error(e) from None
-
-    async def execute(self, text: str) -> list[Result]:
-        """Run one request or transaction; one Result per request."""
-        replies: list[pb.ExecuteReply] = []
-        try:
-            async with asyncio.timeout(self.timeout + 5):
-                async for batch in self.batches(text):
-                    replies.extend(batch.replies)
-        except TimeoutError:
-            raise _deadline(self.timeout) from None
-        return collect(replies)
 
 
 def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:

@@ -19,7 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mbds.service import OWNED
+
 LISTENING = re.compile(r"listening on (\S+)")
+METRICS = re.compile(r"metrics on (http://\S+)")   # what `mbds backend|controller` print
 
 
 class ProcessFailed(RuntimeError):
@@ -60,16 +63,20 @@ class Proc:
         self.args = args
         self.tail: deque[str] = deque(maxlen=200)
         self.address: str | None = None
+        self.metrics_url = ""           # its /metrics, printed before it listens
         self._ready = threading.Event()
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "mbds", *args], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+            stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **(env or {}), OWNED: "1"})    # Ctrl-C is left to `stop`
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
         assert self.popen.stdout is not None
         for line in self.popen.stdout:
             self.tail.append(line.rstrip())
+            if (url := METRICS.search(line)) and not self.metrics_url:
+                self.metrics_url = url.group(1)
             m = LISTENING.search(line)
             if m and self.address is None:
                 self.address = m.group(1)
@@ -106,8 +113,14 @@ class LocalCluster:
                  internal_timing: bool = True, synchronous: str = "NORMAL",
                  metrics_port: int | None = None, timeout: float = 60.0,
                  backend_cpus: float | None = None, in_memory: bool = False,
-                 split_search_from: int = 1) -> None:
+                 split_search_from: int = 1, tls: bool = True, client_tls: bool = False,
+                 tokens: Path | None = None) -> None:
         self.split_search_from = split_search_from
+        # Internal links use mutual TLS with certificates made in data_dir/tls; the
+        # client port is plaintext on loopback unless client_tls or tokens ask for TLS.
+        self.tls_dir = Path(data_dir) / "tls" if tls else None
+        self.client_tls = client_tls or tokens is not None
+        self.tokens = tokens
         self.backend_cpus = backend_cpus
         self.in_memory = in_memory
         self.data_dir = Path(data_dir)
@@ -121,6 +134,11 @@ class LocalCluster:
         self.controller: Proc | None = None
         self.cgroups: list[Path] = []          # CPU budgets made for the backends
         self.address = ""
+
+    @property
+    def ca(self) -> Path | None:
+        """What a client checks the controller's certificate with (None: plaintext)."""
+        return self.tls_dir / "ca.pem" if self.tls_dir and self.client_tls else None
 
     def _metrics_port(self, offset: int) -> int:
         """Controller on M, backend K on M + 1 + K; with M = 0 each process binds a port
@@ -144,6 +162,8 @@ class LocalCluster:
             args += ["--metrics-port", str(self._metrics_port(1 + i))]
         if self.in_memory:
             args.append("--in-memory")
+        if self.tls_dir is not None:
+            args += ["--tls-dir", str(self.tls_dir)]
         proc: Proc | None = None
         try:
             with signals_held():      # the child is recorded before SIGTERM can unwind
@@ -162,6 +182,9 @@ class LocalCluster:
     def start(self) -> str:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.check_data_dir()
+        if self.tls_dir is not None:
+            from mbds.tls import make
+            make(self.tls_dir)
         try:
             self.backends = []
             for i in range(self.n):   # one by one: a failed start stops those already up
@@ -184,6 +207,12 @@ class LocalCluster:
                 "--synchronous", self.synchronous]
         if self.metrics_port is not None:
             args += ["--metrics-port", str(self._metrics_port(0))]
+        if self.tls_dir is not None:
+            args += ["--tls-dir", str(self.tls_dir)]
+            if not self.client_tls:
+                args.append("--client-plaintext")
+        if self.tokens is not None:
+            args += ["--tokens", str(self.tokens)]
         with signals_held():          # start() stops it if a signal comes after this
             self.controller = Proc("controller", args, env)
         self.address = self.controller.wait_ready(60)
@@ -201,8 +230,8 @@ class LocalCluster:
         _on_old_port(lambda port: self.start_controller(port, env), self.address)
 
     def stop(self) -> None:
-        # The controller first (no new work), then every backend at once: a backend
-        # stopped alone waits out its grace period for its peers' open streams.
+        # The controller first: it finishes its answers in flight while every backend
+        # still serves them. Then the backends, all at once.
         if self.controller is not None:
             self.controller.stop()
         for p in self.backends:

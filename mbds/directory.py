@@ -169,6 +169,26 @@ class Directory:
                 new.clusters.append(c)
         return new
 
+    def restore_files(self, before: dict[str, FileSchema | None]) -> None:
+        """Take back an update's files (a definition not adopted everywhere): a file that
+        was new (None in `before`) goes with its descriptors and clusters; a re-indexed one
+        gets its old schema back."""
+        for name, old in before.items():
+            if old is not None:
+                self.files[name] = old
+                continue
+            self.files.pop(name, None)
+            for cid in self.file_clusters.pop(name, set()):
+                _, dids = self.clusters.pop(cid)
+                del self.cluster_ids[(name, dids)]
+                for did in dids:
+                    self.by_did.get(did, set()).discard(cid)
+            for did in [i for i, d in self.descriptors.items() if d.file == name]:
+                del self.descriptors[did]
+                self.by_did.pop(did, None)
+            for key in [k for k in self.at if k[0] == name]:
+                del self.at[key]
+
     def to_update(self) -> pb.DirectoryUpdate:
         """The whole directory as one update (for a backend that missed some)."""
         return pb.DirectoryUpdate(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 POINTS = (
+    "backend.before_define",        # a definition's files are being stored (writer's job)
     "backend.before_prepare",       # written in the writer's transaction, not yet durable
     "backend.before_vote",          # prepared durably; "prepared" not yet sent
     "backend.after_vote",           # "prepared" is queued for PP; the decision has not come

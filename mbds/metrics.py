@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 
@@ -51,6 +51,20 @@ RECORDS_PROCESSED = Counter(
 _enabled = True
 _NOOP = contextlib.nullcontext()
 
+# Label children by label values. `labels()` validates and locks on every call, which a
+# small traffic unit paid a dozen times on each process; a child, once made, is kept.
+_children: dict[tuple[object, ...], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """`metric.labels(*labels)`, looked up once per label set (for the bounded label
+    sets of handlers, backends, lock kinds and operations; never a client's values)."""
+    key = (id(metric), *labels)
+    c = _children.get(key)
+    if c is None:
+        c = _children[key] = metric.labels(*labels)
+    return c
+
 
 def set_internal_timing(on: bool) -> None:
     global _enabled
@@ -61,17 +75,30 @@ def internal_timing() -> bool:
     return _enabled
 
 
-@contextlib.contextmanager
-def _timer(process: str, name: str, backend: str) -> Iterator[None]:
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        HANDLER_SECONDS.labels(process, name, backend).observe(time.perf_counter() - t0)
+class _Span:
+    """One timing of one handler: a new object per use, since handlers of different
+    traffic units interleave at every await inside them."""
+
+    __slots__ = ("child", "t0")
+
+    def __init__(self, child: Any) -> None:
+        self.child = child
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *_: object) -> None:
+        self.child.observe(time.perf_counter() - self.t0)
 
 
 def handler(process: str, name: str, backend: str = "") -> contextlib.AbstractContextManager:
     """Time one message handler, e.g. `with handler("DM", "descriptor_search", "b0"):`."""
     if not _enabled:
         return _NOOP
-    return _timer(process, name, backend)
+    return _Span(child(HANDLER_SECONDS, process, name, backend))
+
+
+def observe_handler(process: str, name: str, backend: str, seconds: float) -> None:
+    """Record a handler's time measured by the caller (when internal timing is on)."""
+    if _enabled:
+        child(HANDLER_SECONDS, process, name, backend).observe(seconds)

@@ -81,7 +81,8 @@ def test_a_benchmark_stopped_by_sigterm_stops_its_clusters(tmp_path: Path) -> No
          "--runs", "500", "--timing", "off", "--out", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "TMPDIR": str(tmp_path)})   # the clusters' data dirs go here
-    OutputLines(proc).until("B2.E: loaded", 120)    # every configuration is up and loaded
+    lines = OutputLines(proc).until("loaded 3 configurations", 120)   # every one up, loaded
+    assert any("loaded 3 configurations" in x for x in lines), lines
     assert _processes_using(tmp_path), "the benchmark's clusters never started"
     children = _mbds_descendants(proc.pid)     # controllers too, not only backends
     assert any("controller" in p.cmdline() for p in children)

@@ -205,7 +205,9 @@ def test_every_dashboard_query_returns_series(stack) -> None:
         d = json.loads(path.read_text())
         variables = [v["name"] for v in d["templating"]["list"]]
         for v in d["templating"]["list"]:
-            m = re.fullmatch(r"label_values\((\w+), *(\w+)\)", v["query"]["query"])
+            if v["type"] != "query":
+                continue                        # the data source picker
+            m = re.fullmatch(r"label_values\((\w+), *(\w+)\)", v["query"])
             assert m, v["query"]
             assert prom.label_values(m.group(2), m.group(1)), f"{path.name}: ${v['name']}"
         for p in panels(d):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
 import pexpect
 
+from cli import describe
 from cli.shell import _complete
 from tests.conftest import CENSUS_YAML
 
@@ -39,3 +42,87 @@ def test_shell_multiline_request_and_table(cluster_factory, tmp_path) -> None:
     finally:
         child.close(force=True)
     assert (tmp_path / ".mbds" / "history").exists()
+
+
+def spawn_shell(address: str, home: Path) -> pexpect.spawn:
+    return pexpect.spawn(sys.executable, ["-m", "mbds", "shell", "--controller", address],
+                         env={"HOME": str(home), "TERM": "xterm"}, encoding="utf-8",
+                         timeout=60, dimensions=(60, 160))
+
+
+def test_help_and_describe_commands(cluster_factory, tmp_path) -> None:
+    """help, \\d and \\d FILE answer from the running controller, as psql's do."""
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    for city, pop, state in [("Monterey", 25000, "CA"), ("Salinas", 150000, "CA"),
+                             ("Carmel", 400, "OR"), ("Albany", 2000, "NY")]:
+        r.client.execute(f"INSERT (<FILE, Census>, <CITY, {city}>, <POP, {pop}>, "
+                         f"<STATE, {state}>)")
+    child = spawn_shell(r.cluster.address, tmp_path)
+    try:
+        child.expect("Type help for help")
+        child.expect("mbds>")
+        child.send("help\r")
+        for line in (r"\[transaction; \.\.\.\]", r"\\d FILE +a file's attributes",
+                     r"\\q +quit"):
+            child.expect(line)
+        child.expect("mbds>")
+        child.send("\\d\r")                                 # every file, one row each
+        child.expect(r"CENSUS +│ +4 +│ +CITY C, POP A, STATE B +│ +- ")
+        child.expect(r"STATES +│ +3 +│ +CODE C ")
+        child.expect("mbds>")
+        child.send("\\d census\r")                          # names are case-insensitive
+        child.expect("file CENSUS")
+        # The attributes in their definition's order, FILE first.
+        for row in (r"FILE +│ string +│ B \(values\)", r"CITY +│ string +│ C \(each value\)",
+                    r"POP +│ integer +│ A \(ranges\)", r"AREA +│ float +│ - ",
+                    r"STATE +│ string +│ B \(values\)"):
+            child.expect(row)
+        child.expect("descriptors of CENSUS")
+        # Each directory attribute's descriptors sorted, its no-descriptor class last.
+        for row in (r"FILE +│ B +│ = 'CENSUS'", r"CITY +│ C +│ = 'Albany'",
+                    r"CITY +│ C +│ = 'Carmel'", r"CITY +│ C +│ = 'Monterey'",
+                    r"CITY +│ C +│ = 'Salinas'", r"CITY +│ N +│ no value ",
+                    r"POP +│ A +│ 0 \.\. 999 ", r"POP +│ A +│ 1000 \.\. 4999 ",
+                    r"POP +│ N +│ any other value, or no value",
+                    r"STATE +│ B +│ = 'CA'", r"STATE +│ B +│ = 'NY'",
+                    r"STATE +│ N +│ any other value, or no value"):
+            child.expect(row)
+        child.expect("mbds>")
+        child.send("\\d Nowhere\r")
+        child.expect("error: .*unknown file NOWHERE")
+        child.send("\\d CENSUS STATES\r")
+        child.expect(r"error: \\d takes one file name at most; help lists the commands")
+        child.send("\\x\r")
+        child.expect(r"error: unknown command \\x; help lists the commands")
+        child.send("RETRIEVE (FILE = Census) (COUNT(CITY))\r")  # requests still run
+        child.expect("clusters examined")
+        child.send("\\q\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+
+
+def test_describe_bounds_the_descriptors_it_shows(cluster_factory, tmp_path) -> None:
+    """A type-C attribute has a descriptor per distinct value: the reply and the screen
+    show a bounded number, and say how many there are in all."""
+    r = cluster_factory(1)
+    r.client.define(CENSUS_YAML)
+    n = describe.SHOWN + 7
+    r.client.execute("[" + "; ".join(f"INSERT (<FILE, States>, <CODE, S{i:03}>)"
+                                      for i in range(n)) + "]")
+    s = r.client.status("states")
+    # One per value, and the class of records without one (every directory attribute's).
+    assert s.descriptor_counts["CODE"] == n + 1 and s.descriptor_counts["FILE"] == 1
+    child = spawn_shell(r.cluster.address, tmp_path)
+    try:
+        child.expect("mbds>")
+        child.send("\\d STATES\r")
+        child.expect("descriptors of STATES")
+        child.expect("mbds>")
+        table = child.before
+    finally:
+        child.close(force=True)
+    shown = re.findall(r"CODE +│ C +│ = 'S(\d+)'", table)
+    assert shown == [f"{i:03}" for i in range(describe.SHOWN)], table
+    assert re.search(rf"CODE +│ +│ … {n + 1 - describe.SHOWN} more", table), table

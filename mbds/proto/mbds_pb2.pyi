@@ -7,6 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ColumnKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NULLS: _ClassVar[ColumnKind]
+    INTEGERS: _ClassVar[ColumnKind]
+    FLOATS: _ClassVar[ColumnKind]
+    STRINGS: _ClassVar[ColumnKind]
+    VALUES: _ClassVar[ColumnKind]
+    STRING_REFS: _ClassVar[ColumnKind]
+    CONSTANT: _ClassVar[ColumnKind]
+
 class Relop(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     EQ: _ClassVar[Relop]
@@ -23,6 +33,13 @@ class Op(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DELETE: _ClassVar[Op]
     UPDATE: _ClassVar[Op]
     RETRIEVE_COMMON: _ClassVar[Op]
+NULLS: ColumnKind
+INTEGERS: ColumnKind
+FLOATS: ColumnKind
+STRINGS: ColumnKind
+VALUES: ColumnKind
+STRING_REFS: ColumnKind
+CONSTANT: ColumnKind
 EQ: Relop
 NE: Relop
 LT: Relop
@@ -54,14 +71,46 @@ class ExecuteRequest(_message.Message):
     def __init__(self, text: _Optional[str] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class LoadRequest(_message.Message):
-    __slots__ = ("file", "attributes", "records")
+    __slots__ = ("file", "attributes", "records", "columns")
     FILE_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     file: str
     attributes: _containers.RepeatedScalarFieldContainer[str]
     records: _containers.RepeatedCompositeFieldContainer[Row]
-    def __init__(self, file: _Optional[str] = ..., attributes: _Optional[_Iterable[str]] = ..., records: _Optional[_Iterable[_Union[Row, _Mapping]]] = ...) -> None: ...
+    columns: LoadColumns
+    def __init__(self, file: _Optional[str] = ..., attributes: _Optional[_Iterable[str]] = ..., records: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., columns: _Optional[_Union[LoadColumns, _Mapping]] = ...) -> None: ...
+
+class Column(_message.Message):
+    __slots__ = ("kind", "ints", "floats", "strings", "values", "refs")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    INTS_FIELD_NUMBER: _ClassVar[int]
+    FLOATS_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
+    kind: ColumnKind
+    ints: _containers.RepeatedScalarFieldContainer[int]
+    floats: _containers.RepeatedScalarFieldContainer[float]
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    refs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[ColumnKind, str]] = ..., ints: _Optional[_Iterable[int]] = ..., floats: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., refs: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class LoadColumns(_message.Message):
+    __slots__ = ("count", "columns", "bodies", "cluster_ids", "first")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_IDS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    columns: _containers.RepeatedCompositeFieldContainer[Column]
+    bodies: Column
+    cluster_ids: _containers.RepeatedScalarFieldContainer[int]
+    first: int
+    def __init__(self, count: _Optional[int] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., bodies: _Optional[_Union[Column, _Mapping]] = ..., cluster_ids: _Optional[_Iterable[int]] = ..., first: _Optional[int] = ...) -> None: ...
 
 class Row(_message.Message):
     __slots__ = ("values", "body")
@@ -164,8 +213,10 @@ class DefineReply(_message.Message):
     def __init__(self, files_created: _Optional[_Iterable[str]] = ..., files_unchanged: _Optional[_Iterable[str]] = ..., files_reindexed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("file",)
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    def __init__(self, file: _Optional[str] = ...) -> None: ...
 
 class BackendStatus(_message.Message):
     __slots__ = ("name", "address", "reachable", "error", "records", "metrics_url")
@@ -184,20 +235,33 @@ class BackendStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., records: _Optional[int] = ..., metrics_url: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("expected_backends", "backends", "files", "directory_digest", "metrics_url", "internal_timing")
+    __slots__ = ("expected_backends", "backends", "files", "directory_digest", "metrics_url", "internal_timing", "file_defs", "descriptors", "descriptor_counts")
+    class DescriptorCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     EXPECTED_BACKENDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     METRICS_URL_FIELD_NUMBER: _ClassVar[int]
     INTERNAL_TIMING_FIELD_NUMBER: _ClassVar[int]
+    FILE_DEFS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTORS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTOR_COUNTS_FIELD_NUMBER: _ClassVar[int]
     expected_backends: int
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
     files: _containers.RepeatedScalarFieldContainer[str]
     directory_digest: str
     metrics_url: str
     internal_timing: bool
-    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ...) -> None: ...
+    file_defs: _containers.RepeatedCompositeFieldContainer[FileDef]
+    descriptors: _containers.RepeatedCompositeFieldContainer[Descriptor]
+    descriptor_counts: _containers.ScalarMap[str, int]
+    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ..., file_defs: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., descriptor_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class Predicate(_message.Message):
     __slots__ = ("attr", "op", "value")
@@ -264,7 +328,7 @@ class Retrieval(_message.Message):
     def __init__(self, query: _Optional[_Union[Query, _Mapping]] = ..., targets: _Optional[_Iterable[_Union[TargetItem, _Mapping]]] = ..., by: _Optional[str] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("op", "file", "retrieval", "right", "modifier", "records", "record_count", "moves_records", "predicate_base")
+    __slots__ = ("op", "file", "retrieval", "right", "modifier", "records", "record_count", "moves_records", "predicate_base", "load_columns", "columns")
     OP_FIELD_NUMBER: _ClassVar[int]
     FILE_FIELD_NUMBER: _ClassVar[int]
     RETRIEVAL_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +338,8 @@ class Request(_message.Message):
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
     MOVES_RECORDS_FIELD_NUMBER: _ClassVar[int]
     PREDICATE_BASE_FIELD_NUMBER: _ClassVar[int]
+    LOAD_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     op: Op
     file: str
     retrieval: Retrieval
@@ -283,7 +349,9 @@ class Request(_message.Message):
     record_count: int
     moves_records: bool
     predicate_base: int
-    def __init__(self, op: _Optional[_Union[Op, str]] = ..., file: _Optional[str] = ..., retrieval: _Optional[_Union[Retrieval, _Mapping]] = ..., right: _Optional[_Union[Retrieval, _Mapping]] = ..., modifier: _Optional[_Union[Modifier, _Mapping]] = ..., records: _Optional[_Iterable[_Union[PlacedRecord, _Mapping]]] = ..., record_count: _Optional[int] = ..., moves_records: _Optional[bool] = ..., predicate_base: _Optional[int] = ...) -> None: ...
+    load_columns: bytes
+    columns: LoadColumns
+    def __init__(self, op: _Optional[_Union[Op, str]] = ..., file: _Optional[str] = ..., retrieval: _Optional[_Union[Retrieval, _Mapping]] = ..., right: _Optional[_Union[Retrieval, _Mapping]] = ..., modifier: _Optional[_Union[Modifier, _Mapping]] = ..., records: _Optional[_Iterable[_Union[PlacedRecord, _Mapping]]] = ..., record_count: _Optional[int] = ..., moves_records: _Optional[bool] = ..., predicate_base: _Optional[int] = ..., load_columns: _Optional[bytes] = ..., columns: _Optional[_Union[LoadColumns, _Mapping]] = ...) -> None: ...
 
 class AttributeDef(_message.Message):
     __slots__ = ("name", "type", "directory", "indexed")

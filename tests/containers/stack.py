@@ -1,5 +1,6 @@
-"""A compose stack of docker-compose.yml for the container tests, driven through
-docker/compose.sh, and the commands around it."""
+"""A compose stack of docker-compose.yml for the container tests, driven as users type
+it (`docker-compose up -d --scale backend=N`) or through docker/compose.sh, and the
+commands around it."""
 
 from __future__ import annotations
 
@@ -28,12 +29,18 @@ PAPER_TABLE2 = {1: (2, 2), 2: (7, 250), 3: (13, 500), 4: (24, 1000), 5: (9, 400)
 
 
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 300,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     if check and p.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} exited {p.returncode}\n"
                     f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p
+
+
+def compose_client() -> list[str]:
+    """`docker compose` (v2) if installed, else docker-compose (1.29), as compose.sh picks."""
+    v2 = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=60)
+    return ["docker", "compose"] if v2.returncode == 0 else ["docker-compose"]
 
 
 def docker_problem() -> str | None:
@@ -54,7 +61,8 @@ class Stack:
     def __init__(self) -> None:
         self.project = f"mbds_test_{secrets.token_hex(4)}"
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith("COMPOSE_") and k not in ("BACKENDS", "BACKEND_CPUS")}
+               if not k.startswith("COMPOSE_")
+               and k not in ("MBDS_MIN_BACKENDS", "BACKEND_CPUS", "BASE_IMAGE")}
         # Host port 0: the engine binds a free port; `published` reads it back.
         self.env = {**env, "COMPOSE_PROJECT_NAME": self.project,
                     "MBDS_PORT": "0", "PROMETHEUS_PORT": "0"}
@@ -82,8 +90,18 @@ class Stack:
 
     def up(self, backends: int) -> None:
         """`compose.sh up` (down, then up) with N backends; wait until all are healthy."""
-        self.env["BACKENDS"] = str(backends)
         self.compose("up", "-d", "--scale", f"backend={backends}")
+        self.wait_healthy(backends)
+
+    def plain(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """The Compose client itself, run in the repository as a user would."""
+        return run([*compose_client(), *args], env=self.env, timeout=timeout, cwd=ROOT)
+
+    def plain_up(self, backends: int) -> None:
+        """`docker-compose up -d --scale backend=N` with no wrapper and no count given to
+        the controller (after `down`, as docker-compose 1.29.2 needs)."""
+        self.plain("down", "--remove-orphans")
+        self.plain("up", "-d", "--scale", f"backend={backends}")
         self.wait_healthy(backends)
 
     def down(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import socket
 import subprocess
 import threading
@@ -64,10 +65,12 @@ def images(docker_available: None) -> None:
 
 @pytest.fixture(scope="module")
 def stack3(images: None) -> Iterator[Stack]:
-    """Three backends with the paper's test database loaded; shared, not modified."""
+    """Three backends, started as users type it (`docker-compose up -d --scale
+    backend=3`, no count given to the controller), with the paper's test database
+    loaded; shared, not modified."""
     stack = Stack()
     try:
-        stack.up(3)
+        stack.plain_up(3)
         out = stack.mbds(["load", "paper"]).stdout
         assert "loaded 1000 records" in out, out
         yield stack
@@ -88,7 +91,12 @@ def stack(images: None) -> Iterator[Stack]:
 # --------------------------------------------------------------------- tests --
 
 def test_paper_table2_on_three_backends(stack3: Stack) -> None:
-    """(a) Built from nothing, 3 backends: the nine requests examine and retrieve as Table 2."""
+    """(a) Built from nothing, plain `docker-compose up -d --scale backend=3`: the
+    controller takes all three, and the nine requests examine and retrieve as Table 2."""
+    # All three from the start, not admitted one by one later (a load before that
+    # would have left the latecomers empty).
+    log = run(["docker", "logs", stack3.controller]).stdout
+    assert re.search(r"^controller listening on \S+ with 3 backends", log, re.M), log[-2000:]
     out = stack3.mbds(["paper", "table2"], "--json", check=False)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     assert [r["request"] for r in rows] == list(range(1, 10)), out.stdout + out.stderr
@@ -282,3 +290,29 @@ def test_scale_out_from_three_to_four_backends(stack: Stack) -> None:
     assert len(result["records"]) == 8
     per_backend = {b["backend"]: b["records"] for b in result["stats"]["backends"]}
     assert per_backend[new] > 0, per_backend
+
+
+def test_a_replica_started_later_joins_without_a_restart(stack: Stack) -> None:
+    """`up -d --scale backend=3` on a running 2-backend stack: the controller is left
+    running and admits the new replica as it appears; new inserts reach it."""
+    stack.plain_up(2)
+    stack.mbds(["load", "paper"])
+    controller, before = stack.controller, stack.backend_names()
+    assert len(before) == 2
+    stack.plain("up", "-d", "--scale", "backend=3")
+    stack.wait_healthy(3)
+    deadline = time.monotonic() + 60
+    while len(after := stack.backend_names()) < 3:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the third replica was not admitted within 60s: {after}\n"
+                        f"{stack.logs()}")
+        time.sleep(2)
+    assert stack.controller == controller          # the same container, never restarted
+    [new] = set(after) - set(before)
+    assert stack.count("(FILE = PAPER)") == 1000
+    record = ", ".join(["<FILE, PAPER>", "<INTE1, 9>", "<INTE2, 9>", "<MULTI, Joined>",
+                        *(f"<STR{i:02d}, Xxxxx>" for i in range(30))])
+    stack.exec_json("[ " + "; ".join([f"INSERT ({record})"] * 8) + " ]")
+    [result] = stack.exec_json("RETRIEVE ((FILE = PAPER) and (MULTI = Joined)) (INTE1)")
+    per_backend = {b["backend"]: b["records"] for b in result["stats"]["backends"]}
+    assert len(result["records"]) == 8 and per_backend.get(new, 0) > 0, per_backend

@@ -1,0 +1,79 @@
+"""REQP's checks of one value against its attribute, and of an UPDATE's modifier
+against every file it changes: each refusal names the line and column it found."""
+
+from __future__ import annotations
+
+import math
+
+from controller.abdl import ast
+from mbds.errors import SemanticError, shorten
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import Attribute, FileSchema
+from mbds.values import INT64_MAX, INT64_MIN, Value, out_of_range, to_pb
+
+
+def where(pos: ast.Pos | None) -> str:
+    return f"line {pos.line}, column {pos.column}: " if pos else ""
+
+
+def describe(v: Value) -> str:
+    kind = type(v).__name__.replace('str', 'string').replace('int', 'integer')
+    return f"{kind} {shorten(repr(v))}"
+
+
+def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -> Value:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SemanticError(f"{where(pos)}{value!r} is not a finite number")
+    if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+        raise SemanticError(f"{where(pos)}{out_of_range(value)}")
+    if not attr.accepts(value):
+        raise SemanticError(f"{where(pos)}type mismatch: {file}.{attr.name} is {attr.type}, "
+                            f"got {describe(value)}")
+    return float(value) if attr.type == "float" and isinstance(value, int | float) else value
+
+
+def modifier(m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
+    """An UPDATE's modifier checked against every file the query selects."""
+    if m.attr == "FILE":
+        raise SemanticError(f"{where(m.pos)}FILE cannot be updated")
+    out = pb.Modifier(attr=m.attr)
+    for f in files:
+        target = f.by_name.get(m.attr)
+        if target is None:
+            raise SemanticError(f"{where(m.pos)}unknown attribute {shorten(m.attr)} in "
+                                f"file {f.name}")
+        source_name = m.source
+        if m.bare_word and isinstance(m.value, str) and m.value.upper() in f.by_name:
+            source_name = m.value.upper()       # <A = B>: copy attribute B
+        if source_name is None:
+            to_pb(check_value(target, m.value, m.pos, f.name), out.value)
+            continue
+        source = f.by_name.get(source_name)
+        if source is None:
+            raise SemanticError(f"{where(m.pos)}unknown attribute {shorten(source_name)} "
+                                f"in file {f.name}")
+        out.source = source_name
+        if m.arith is None:
+            if source.type != target.type and not (
+                    target.type == "float" and source.type == "integer"):
+                raise SemanticError(f"{where(m.pos)}type mismatch: cannot copy "
+                                    f"{source.type} {source_name} into {target.type} "
+                                    f"{m.attr}")
+            continue
+        if "string" in (source.type, target.type):
+            raise SemanticError(f"{where(m.pos)}arithmetic on string attribute "
+                                f"{source_name if source.type == 'string' else m.attr}")
+        value = m.value
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise SemanticError(f"{where(m.pos)}arithmetic needs a number, got "
+                                f"{describe(value)}")
+        if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+            raise SemanticError(f"{where(m.pos)}{out_of_range(value)}")
+        if m.arith == "/" and value == 0:
+            raise SemanticError(f"{where(m.pos)}division by zero")
+        if target.type == "integer" and (source.type == "float" or isinstance(value, float)):
+            raise SemanticError(f"{where(m.pos)}type mismatch: {m.attr} is integer but "
+                                f"{source_name} {m.arith} {value!r} is a float")
+        out.arith = m.arith
+        to_pb(value, out.value)
+    return out

@@ -1,0 +1,199 @@
+"""A traffic unit's inbox: its results from every backend, and what goes down for it.
+
+The bus (`bus.py`) routes each reply tagged with the unit's seq here. The inbox
+hands PP (`pp.py`) the replies of one request at a time, buffers a backend that
+is ahead within its credit window, returns credit as PP consumes row batches,
+takes a writing unit's votes to a decision (`decisions.py`) and sends Commit or
+Abort down for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, TypeAlias
+
+from controller.decisions import Decisions
+from mbds import faults
+from mbds.errors import TrafficUnitAborted
+from mbds.proto import mbds_pb2 as pb
+
+if TYPE_CHECKING:
+    from controller.bus import BackendLink
+
+WINDOW = 8           # row batches (or groups) a backend may send of one unit ahead of PP
+GRANT = WINDOW // 2  # credit is returned in steps of this many
+
+# What a bus delivers to an inbox: a reply, or None when that bus broke.
+Delivery: TypeAlias = tuple["BackendLink", "pb.BackendReply | None"]
+
+
+class BackendFailure(Exception):
+    """A backend failed a traffic unit: an error reply, a broken bus or a missed deadline."""
+
+    def __init__(self, link: BackendLink, error: Exception) -> None:
+        super().__init__(str(error))
+        self.link, self.error = link, error
+
+
+class Inbox:
+    """One traffic unit's results from every backend, and what goes down for it.
+
+    Each backend sends its requests' results in request order; a backend that is
+    ahead of the others (results of request i+1 while PP still gathers request i)
+    is buffered here, within its credit window, so memory stays bounded.
+    """
+
+    def __init__(self, links: list[BackendLink], seq: int, deadline: float, timeout: float,
+                 requests: int, *, epoch: str = "", decisions: Decisions | None = None) -> None:
+        self.links, self.seq, self.deadline, self.timeout = links, seq, deadline, timeout
+        self.end = requests             # the stage of `prepared` / `committed`
+        self.key = (epoch, seq)
+        self.decisions = decisions
+        self.deciding: asyncio.Task[None] | None = None
+        self.ended: set[BackendLink] = set()    # backends done with the unit (or gone)
+        self.queue: asyncio.Queue[Delivery] = asyncio.Queue()
+        self.ahead: dict[BackendLink, deque[pb.BackendReply]] = {x: deque() for x in links}
+        self.consumed: dict[BackendLink, int] = dict.fromkeys(links, 0)
+        for link in links:
+            link.pending[seq] = self.queue
+
+    def unregister(self) -> None:
+        """Stop routing this unit's replies here (later ones are dropped)."""
+        for link in self.links:
+            link.pending.pop(self.seq, None)
+        if self.decisions is not None:
+            self.decisions.finished(self.key)
+
+    def _stage(self, msg: pb.BackendReply) -> int:
+        return self.end if msg.WhichOneof("body") in ("prepared", "committed") \
+            else msg.request_index
+
+    def _check(self, link: BackendLink, msg: pb.BackendReply | None) -> pb.BackendReply:
+        if msg is None:
+            self.ended.add(link)
+            raise BackendFailure(link, link.unavailable(link.error or "its bus closed"))
+        if msg.WhichOneof("body") == "error":
+            self.ended.add(link)
+            raise BackendFailure(link, TrafficUnitAborted(msg.error))
+        return msg
+
+    def ready(self, waiting: set[BackendLink], stage: int) -> bool:
+        """Would `take` answer without waiting?"""
+        return not self.queue.empty() or any(
+            self.ahead[x] and self._stage(self.ahead[x][0]) == stage for x in waiting)
+
+    async def take(self, waiting: set[BackendLink], stage: int
+                   ) -> tuple[BackendLink, pb.BackendReply]:
+        """The next reply of `stage` (a request index) from one of the backends in `waiting`."""
+        for link in waiting:
+            ahead = self.ahead[link]
+            if ahead and self._stage(ahead[0]) == stage:
+                return link, ahead.popleft()
+        while True:
+            if self.queue.empty():
+                try:
+                    async with asyncio.timeout_at(self.deadline):
+                        link, got = await self.queue.get()
+                except TimeoutError:
+                    late = min(waiting, key=lambda x: x.index)
+                    raise BackendFailure(late, late.unavailable(
+                        f"no answer within the {self.timeout:g} s deadline")) from None
+            else:
+                link, got = self.queue.get_nowait()
+            msg = self._check(link, got)
+            if link in waiting and self._stage(msg) == stage and not self.ahead[link]:
+                return link, msg
+            self.ahead[link].append(msg)
+
+    def consumed_batch(self, link: BackendLink) -> None:
+        """PP is done with one row batch (or group): return credit in steps."""
+        self.consumed[link] += 1
+        if self.consumed[link] >= GRANT and link.up:
+            link.send(pb.BusMessage(credit=pb.Credit(seq=self.seq,
+                                                     batches=self.consumed[link])))
+            self.consumed[link] = 0
+
+    async def expect_all(self, kind: str) -> None:
+        """Wait until every backend has sent `kind` (`prepared` or `committed`)."""
+        waiting = set(self.links)
+        while waiting:
+            link, msg = await self.take(waiting, self.end)
+            if msg.WhichOneof("body") != kind:
+                raise BackendFailure(link, TrafficUnitAborted(
+                    f"backend {link.name} sent {msg.WhichOneof('body')} instead of {kind}"))
+            waiting.discard(link)
+
+    async def settle(self, writes: bool) -> None:
+        """The unit's end on every backend. A write: each backend's vote (`prepared`, or
+        `committed` from one that wrote nothing or committed in one phase), then, if any
+        prepared, the durable decision and Commit to each of them. Once the decision is
+        on disk the unit is committed, whatever happens to PP or to a backend."""
+        if not writes:
+            await self.expect_all("committed")
+            return
+        voted: list[BackendLink] = []
+        waiting = set(self.links)
+        while waiting:
+            link, msg = await self.take(waiting, self.end)
+            kind = msg.WhichOneof("body")
+            if kind not in ("prepared", "committed"):
+                raise BackendFailure(link, TrafficUnitAborted(
+                    f"backend {link.name} sent {kind} instead of its vote"))
+            if kind == "prepared":
+                voted.append(link)
+            else:
+                self.ended.add(link)
+            waiting.discard(link)
+        if voted:
+            self.deciding = asyncio.create_task(self._commit(voted))
+            await asyncio.shield(self.deciding)
+
+    async def _commit(self, voted: list[BackendLink]) -> None:
+        assert self.decisions is not None
+        try:
+            faults.hit("controller.before_decision")
+            await self.decisions.commit(self.key, [x.name for x in voted])
+        except Exception as e:
+            self._abort_now(f"no commit decision: {e}")
+            raise BackendFailure(voted[0], TrafficUnitAborted(
+                f"traffic unit aborted: no commit decision: {e}")) from None
+        faults.hit("controller.after_decision")
+        for i, link in enumerate(voted):
+            if link.up:            # one that is not resolves the unit when it rejoins
+                link.send(pb.BusMessage(commit=pb.Commit(seq=self.seq)))
+            if i == 0 and faults.armed("controller.mid_commit"):
+                await asyncio.sleep(0.5)     # the first Commit is on its way
+                faults.hit("controller.mid_commit")
+
+    def abort(self, reason: str) -> None:
+        """Roll the unit back on every backend whose bus is open, unless it is being
+        decided (the decision then carries it out, or aborts it itself)."""
+        if self.deciding is None:
+            self._abort_now(reason)
+
+    async def abort_and_wait(self, reason: str, grace: float = 1.0) -> None:
+        """Abort, and wait (a little past the deadline at most) until every backend
+        whose bus is open has rolled the unit back: a client told that its unit failed
+        then finds it nowhere, even in the backends' files."""
+        self.abort(reason)
+        if self.deciding is not None:
+            return
+        for link, held in self.ahead.items():
+            if any(m.WhichOneof("body") == "committed" for m in held):
+                self.ended.add(link)
+        loop = asyncio.get_running_loop()
+        until = max(self.deadline, loop.time()) + grace
+        while any(x.up and x not in self.ended for x in self.links):
+            try:
+                async with asyncio.timeout_at(until):
+                    link, msg = await self.queue.get()
+            except TimeoutError:
+                return
+            if msg is None or msg.WhichOneof("body") in ("error", "committed"):
+                self.ended.add(link)
+
+    def _abort_now(self, reason: str) -> None:
+        for link in self.links:
+            if link.up:
+                link.send(pb.BusMessage(abort=pb.Abort(seq=self.seq, reason=reason)))

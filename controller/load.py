@@ -1,0 +1,148 @@
+"""REQP for a columnar bulk-load batch, and the window of batches a load keeps in flight.
+
+A batch (`LoadColumns`) is checked per column against the file's template (its kind
+against the attribute's type: one check per column, not per value) before anything is
+broadcast, so a refused batch changes no data; the error names the first bad record
+by its number in the load. Each batch is one INSERT traffic unit: IIG places it
+(`Iig.place_batch`) and it commits on every backend or on none, as any write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.reqp import OPS, Prepared
+from mbds import columns
+from mbds.directory import Directory
+from mbds.errors import SemanticError, shorten
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import Attribute, FileSchema
+from mbds.values import Value
+
+# Batches of one load in flight at once: the next is checked, placed and sent while
+# the backends write the ones before it.
+WINDOW = 4
+BODY = Attribute("BODY", "string")
+
+
+@dataclass
+class LoadBatch:
+    """A checked batch: the client's columns by the file's attribute order, decoded."""
+    schema: FileSchema
+    count: int
+    first: int                                 # number of its first record in the load
+    wire: list[pb.Column]                      # per file attribute (NULLS where not given)
+    bodies: pb.Column = field(default_factory=pb.Column)
+    source: pb.LoadColumns | None = None       # the client's, when already in file order
+    _decoded: dict[int, list[Value]] = field(default_factory=dict)
+    _entries: dict[int, list[Any]] = field(default_factory=dict)
+
+    def values(self, i: int) -> list[Value] | None:
+        """Attribute i's values (None: all null), decoded only when placement or a
+        split over backends reads them."""
+        col = self.wire[i]
+        if col.kind == pb.NULLS:
+            return None
+        if i not in self._decoded:
+            self._decoded[i] = columns.decode(col, self.count)
+        return self._decoded[i]
+
+    def entries(self, i: int) -> list[Any]:
+        """Attribute i's column as it travels (`columns.per_record`), read once for
+        every backend a split gives records to; i = -1: the bodies."""
+        if i not in self._entries:
+            col = self.bodies if i < 0 else self.wire[i]
+            self._entries[i] = list(columns.per_record(col))
+        return self._entries[i]
+
+
+@dataclass
+class PreparedLoad(Prepared):
+    batch: LoadBatch | None = None
+
+
+def prepare(directory: Directory, chunk: pb.LoadRequest) -> PreparedLoad:
+    """A columnar load batch as one INSERT request, every column checked."""
+    schema = directory.files.get(chunk.file.upper())
+    if schema is None:
+        raise SemanticError(f"unknown file {shorten(chunk.file.upper())}")
+    names = [a.upper() for a in chunk.attributes]
+    for a in names:
+        if a not in schema.by_name:
+            raise SemanticError(f"unknown attribute {shorten(a)} in file {schema.name}")
+    if len(set(names)) != len(names):
+        twice = next(a for a in names if names.count(a) > 1)
+        raise SemanticError(f"attribute {shorten(twice)} appears twice in the load")
+    cols = chunk.columns
+    if chunk.records:
+        raise SemanticError("a load request carries its records as rows or as columns, "
+                            "not both")
+    if len(cols.columns) != len(names):
+        raise SemanticError(f"the batch has {len(cols.columns)} columns for "
+                            f"{len(names)} attributes")
+    count, first = cols.count, cols.first or 1
+    wire = [pb.Column() for _ in schema.attributes]
+
+    def check(attr: Attribute, col: pb.Column) -> None:
+        try:
+            columns.check(attr, col, count, schema.name)
+        except columns.ColumnError as e:
+            raise SemanticError(f"record {first + e.index}: {e}") from None
+
+    for name, col in zip(names, cols.columns, strict=True):
+        i = schema.index[name]
+        check(schema.by_name[name], col)
+        wire[i] = col
+    check(BODY, cols.bodies)
+    if cols.cluster_ids:
+        raise SemanticError("a load batch names no clusters: IIG places its records")
+    in_order = names == [a.name for a in schema.attributes]
+    batch = LoadBatch(schema, count, first, wire, cols.bodies, cols if in_order else None)
+    return PreparedLoad("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name), batch=batch)
+
+
+Replies = list[pb.ExecuteReplies]
+
+
+async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
+                    run: Callable[[pb.LoadRequest], AsyncIterator[pb.ExecuteReplies]],
+                    window: int = WINDOW) -> AsyncIterator[pb.ExecuteReplies]:
+    """Each chunk's traffic unit run with up to `window` in flight; replies in order.
+
+    A failed batch changes no data; the batches already in flight beside it are let
+    finish (each commits or aborts on its own, everywhere), their acknowledgements are
+    passed on, and then the first failure is raised: every `done` the client saw is a
+    batch stored on every backend, and nothing else is."""
+    async def one(chunk: pb.LoadRequest) -> Replies:
+        return [reply async for reply in run(chunk)]
+
+    pending: deque[asyncio.Task[Replies]] = deque()
+    failure: BaseException | None = None
+    try:
+        async for chunk in chunks:
+            pending.append(asyncio.create_task(one(chunk)))
+            while pending and (len(pending) >= window or pending[0].done()):
+                task = pending.popleft()
+                try:
+                    for reply in await task:
+                        yield reply
+                except Exception as e:      # refused or aborted: stop taking batches
+                    failure = e
+                    break
+            if failure is not None:
+                break
+        while pending:
+            try:
+                for reply in await pending.popleft():
+                    yield reply
+            except Exception as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+    finally:
+        for task in pending:            # the client went away: each unit aborts (PP)
+            task.cancel()

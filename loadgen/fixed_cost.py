@@ -1,0 +1,118 @@
+"""`mbds bench fixed-cost` — the CPU one small traffic unit costs each process.
+
+A request that finds two records through the directory (the paper's request 1)
+does microseconds of SQLite work; everything else a process spends on it is the
+fixed cost of a traffic unit: the bus messages, DM's stages, CC's lock sets,
+RECP's statement, PP's gathering, REQP, metrics. This benchmark runs one small
+request over and over on one user's session against a fresh local cluster and
+divides each process's CPU time (the scheduler's nanosecond count,
+`loadgen/cpu.run_ms`) by the number of units, so the figure does not depend on
+what else the machine is running; the median response time is printed beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Any
+
+import click
+
+from loadgen import paper_db as P
+from loadgen.common import (
+    fail,
+    int_list,
+    local_cluster_procs,
+    print_table,
+    split_search_option,
+)
+from loadgen.cpu import run_ms
+from mbds.client import Client, ClientError
+
+# Request 1 of the paper: two records, two clusters, through the directory.
+REQUEST_1 = P.REQUESTS[0].abdl(1)
+# An UPDATE of a non-directory attribute of those two records: a two-phase unit on
+# more than one backend (prepare, vote, decision, commit).
+UPDATE_1 = ("UPDATE ((FILE = PAPER) and (INTE2 = 10)) or ((FILE = PAPER) and "
+            "(INTE2 = 130)) <STR00 = Yyyyy>")
+REQUESTS = {"r1": REQUEST_1, "update": UPDATE_1}
+
+
+def measure(backends: int, text: str, units: int, warmup: int, *,
+            internal_timing: bool = False, backend_cpus: float | None = None,
+            split_search_from: int = 1) -> dict[str, Any]:
+    """CPU ms per unit of every process and the response times of `units` runs of `text`
+    on a fresh cluster of `backends` backends holding the paper's database (scale 1)."""
+    with local_cluster_procs(backends, internal_timing=internal_timing,
+                             backend_cpus=backend_cpus,
+                             split_search_from=split_search_from) as cluster, \
+            Client(cluster.address) as client:
+        P.load(client, 1)
+        for _ in range(warmup):         # caches, prepared statements, the session
+            client.execute(text)
+        assert cluster.controller is not None
+        pids = {"controller": cluster.controller.popen.pid} | {
+            f"b{i}": b.popen.pid for i, b in enumerate(cluster.backends)}
+        before = {k: run_ms(pid) for k, pid in pids.items()}
+        harness0 = time.process_time()
+        times = []
+        for _ in range(units):
+            t0 = time.perf_counter()
+            client.execute(text)
+            times.append((time.perf_counter() - t0) * 1000)
+        harness = (time.process_time() - harness0) * 1000
+        after = {k: run_ms(pid) for k, pid in pids.items()}
+    if any(v is None for v in (*before.values(), *after.values())):
+        raise click.ClickException("this kernel keeps no /proc/<pid>/task/*/schedstat: "
+                                   "no per-process CPU time to measure")
+    cpu = {k: (after[k] - before[k]) / units for k in pids}   # type: ignore[operator]
+    times.sort()
+    return {"backends": backends, "units": units, **{f"{k}_cpu_ms": v for k, v in cpu.items()},
+            "backend_cpu_ms_max": max(v for k, v in cpu.items() if k != "controller"),
+            "harness_cpu_ms": harness / units,
+            "median_ms": statistics.median(times),
+            "p90_ms": times[int(0.9 * (len(times) - 1))]}
+
+
+@click.command("fixed-cost")
+@click.option("--backends", "backend_counts", callback=lambda c, p, v: int_list(v),
+              default="1,2", show_default=True, help="Cluster sizes to measure, e.g. 1,2.")
+@click.option("--request", "which", type=click.Choice(sorted(REQUESTS)), default="r1",
+              show_default=True, help="r1: the paper's request 1; update: an UPDATE of "
+              "its two records' STR00.")
+@click.option("--units", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Traffic units measured per cluster size.")
+@click.option("--warmup", type=click.IntRange(min=0), default=50, show_default=True)
+@click.option("--internal-timing", type=click.Choice(["on", "off"]), default="off",
+              show_default=True, help="Per-handler timing in the servers.")
+@click.option("--backend-cpus", type=float, default=None,
+              help="CPU budget of each backend (cgroup; needs root). Default: none.")
+@split_search_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per cluster size.")
+def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
+               internal_timing: str, backend_cpus: float | None,
+               split_search_from: int, as_json: bool) -> None:
+    """CPU ms per traffic unit of the controller and each backend, for a small request."""
+    rows = []
+    for n in backend_counts:
+        if n < 1:
+            raise click.BadParameter(f"a cluster needs at least one backend, got {n}",
+                                     param_hint="--backends")
+        try:
+            rows.append(measure(n, REQUESTS[which], units, warmup,
+                                internal_timing=internal_timing == "on",
+                                backend_cpus=backend_cpus,
+                                split_search_from=split_search_from))
+        except ClientError as e:
+            fail(e)
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps({"request": which, **r}))
+        return
+    most = max(backend_counts)
+    columns = ["backends", "units", "controller_cpu_ms",
+               *[f"b{i}_cpu_ms" for i in range(most)], "harness_cpu_ms", "median_ms",
+               "p90_ms"]
+    print_table(f"fixed cost per traffic unit: {which} (CPU ms per unit per process)",
+                columns, [{c: r.get(c, "") for c in columns} for r in rows])

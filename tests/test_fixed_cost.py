@@ -1,0 +1,95 @@
+"""The fixed cost of a small traffic unit: `mbds bench fixed-cost` on a real local
+cluster, and the caches that keep that cost down (metric children, RECP's statement
+texts) returning what they would return uncached."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from click.testing import CliRunner
+from prometheus_client import CollectorRegistry, Histogram
+
+from backend import recp
+from backend.plan import FilePlan
+from loadgen import fixed_cost
+from mbds import metrics
+from mbds.schema import Attribute, FileSchema
+
+
+def test_fixed_cost_reports_each_process_cpu_per_unit() -> None:
+    result = CliRunner().invoke(fixed_cost.fixed_cost, [
+        "--backends", "1,2", "--units", "20", "--warmup", "2", "--json"],
+        catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert [r["backends"] for r in rows] == [1, 2]
+    for r in rows:
+        procs = ["controller"] + [f"b{i}" for i in range(r["backends"])]
+        assert sorted(k for k in r if k.endswith("_cpu_ms") and k not in (
+            "harness_cpu_ms",)) == sorted(f"{p}_cpu_ms" for p in procs)
+        # Every process did work for every unit, and a unit is not free nor a second.
+        for p in procs:
+            assert 0.01 < r[f"{p}_cpu_ms"] < 1000, r
+        assert r["backend_cpu_ms_max"] == max(r[f"b{i}_cpu_ms"] for i in range(r["backends"]))
+        assert 0 < r["median_ms"] <= r["p90_ms"]
+
+
+def test_fixed_cost_table_names_every_process() -> None:
+    result = CliRunner().invoke(fixed_cost.fixed_cost, [
+        "--backends", "2", "--units", "5", "--warmup", "1", "--request", "update"],
+        catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    for column in ("controller_cpu_ms", "b0_cpu_ms", "b1_cpu_ms", "median_ms"):
+        assert column in result.output
+
+
+def test_a_metric_child_is_made_once_and_counts_where_labels_would() -> None:
+    h = Histogram("t_fixed_cost_seconds", "test", ["a", "b"], registry=CollectorRegistry())
+    first = metrics.child(h, "x", "y")
+    assert metrics.child(h, "x", "y") is first is h.labels("x", "y")
+    assert metrics.child(h, "x", "z") is not first
+    other = Histogram("t_fixed_cost_other", "test", ["a", "b"], registry=CollectorRegistry())
+    assert metrics.child(other, "x", "y") is other.labels("x", "y")    # not h's child
+    first.observe(0.5)
+    assert h.labels("x", "y")._sum.get() == 0.5
+
+
+def test_interleaved_handler_timings_each_count_once() -> None:
+    """Handlers of two traffic units interleave at their awaits: each timing is its own."""
+    metrics.set_internal_timing(True)
+    child = metrics.child(metrics.HANDLER_SECONDS, "DM", "test_interleaved", "bx")
+    before, seconds = sum(b.get() for b in child._buckets), child._sum.get()
+    one, two = metrics.handler("DM", "test_interleaved", "bx"), \
+        metrics.handler("DM", "test_interleaved", "bx")
+    one.__enter__()
+    time.sleep(0.05)         # one's handler awaits; two's starts meanwhile and ends first
+    two.__enter__()
+    two.__exit__(None, None, None)
+    one.__exit__(None, None, None)
+    assert sum(b.get() for b in child._buckets) == before + 2
+    assert child._sum.get() - seconds >= 0.05
+    metrics.set_internal_timing(False)
+    try:
+        with metrics.handler("DM", "test_interleaved", "bx"):
+            pass
+        assert sum(b.get() for b in child._buckets) == before + 2
+    finally:
+        metrics.set_internal_timing(True)
+
+
+def _schema(*names: str) -> FileSchema:
+    return FileSchema("F", [Attribute(n, "integer") for n in names])
+
+
+def test_statement_texts_follow_a_redefined_file() -> None:
+    """A redefinition replaces the file's schema: its statements are built anew, never
+    taken from the old schema's (an attribute it dropped reads as NULL)."""
+    old, new = _schema("A", "B"), _schema("A")
+    assert recp._select_list(FilePlan(old, [1]), ["A", "B"])[0] == '"A", "B"'
+    assert recp._select_list(FilePlan(new, [1]), ["A", "B"])[0] == '"A", NULL'
+    assert recp._select_list(FilePlan(old, [1]), ["B"])[0] == '"B"'
+    indexed = FileSchema("F", [Attribute("A", "integer", indexed=True)])
+    plan = FilePlan(indexed, [1], conjunctions=[[("A", "=", 1)]])
+    assert not recp._pageable(plan)
+    assert recp._pageable(FilePlan(_schema("A"), [1], conjunctions=[[("A", "=", 1)]]))
