@@ -62,19 +62,22 @@ def paper() -> None:
 @click.option("--multi", type=int, default=1, show_default=True)
 @click.option("--runs", type=int, default=1, show_default=True,
               help="Run each request this many times and report the median response time.")
+@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Run each request this many times untimed first (steady-state times).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the table as JSON (for `mbds bench paper --table2`).")
-def table2(controller: str, scale: int, multi: int, runs: int, as_json: bool,
+def table2(controller: str, scale: int, multi: int, runs: int, warmup: int, as_json: bool,
            save: Path | None) -> None:
     """Run the nine requests; clusters examined and records retrieved beside the paper's."""
     try:
         with Client(controller) as c:
-            rows = run_table2(c, scale, multi, runs)
+            rows = run_table2(c, scale, multi, runs, warmup)
             backends = len(c.status().backends)
     except ClientError as e:
         fail(e)
-    t2 = {"scale": scale, "multi": multi, "runs": runs, "backends": backends, "rows": rows}
+    t2 = {"scale": scale, "multi": multi, "runs": runs, "warmup": warmup,
+          "backends": backends, "rows": rows}
     if save is not None:
         save.write_text(json.dumps(t2, indent=2))
     if as_json:

@@ -10,11 +10,18 @@ from loadgen import paper_db as P
 from mbds.client import Client
 
 
-def run_table2(client: Client, scale: int, multi: int, runs: int) -> list[dict]:
-    """One row per request; `match` says whether both counts are the paper's."""
+def run_table2(client: Client, scale: int, multi: int, runs: int, warmup: int = 0
+               ) -> list[dict]:
+    """One row per request; `match` says whether both counts are the paper's.
+
+    Each request is first run `warmup` times untimed: the response times are then of
+    a cluster in its steady state, not of its first requests after an idle spell or a
+    load (request 1 takes several times its steady time for its first few runs)."""
     rows = []
     for req in P.REQUESTS:
         times, result = [], None
+        for _ in range(warmup):
+            client.execute(req.abdl(scale))
         for _ in range(runs):
             t0 = time.perf_counter()
             result = client.execute(req.abdl(scale))[0]

@@ -68,6 +68,24 @@ def test_table2_matches_the_paper(paper_cluster: Running) -> None:
     assert all(r["match"] for r in rows)
 
 
+def test_table2_times_only_the_runs_after_its_warmup(paper_cluster: Running) -> None:
+    """Warm-up runs go to the cluster but not into the timed median (steady state)."""
+    sent: list[str] = []
+    real = paper_cluster.client.execute
+
+    def counting(text: str) -> list:
+        sent.append(text)
+        return real(text)
+    paper_cluster.client.execute = counting   # type: ignore[method-assign]
+    try:
+        rows = run_table2(paper_cluster.client, 1, MULTI, runs=2, warmup=3)
+    finally:
+        del paper_cluster.client.execute
+    assert len(sent) == 9 * (3 + 2)
+    assert sent[:5] == [P.REQUESTS[0].abdl(1)] * 5      # request 1's warm-up, then its runs
+    assert all(r["match"] for r in rows)
+
+
 def test_whole_database_is_spread_evenly(paper_cluster: Running) -> None:
     [result] = paper_cluster.client.execute(P.REQUESTS[3].abdl())
     counts = [b["records"] for b in result.stats["backends"]]
