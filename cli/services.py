@@ -37,8 +37,9 @@ def _metrics(port: int | None, listen: str) -> int:
 
 def _exit_stopped() -> NoReturn:
     """Exit 0 once serve() has stopped, without the interpreter's teardown: every file and
-    stream is closed already, and tearing down gRPC and some 450 modules takes 0.2-0.6 s,
-    which a cluster's stop (the controller, then the backends) would pay twice."""
+    stream is closed already, and tearing down gRPC and the loaded modules would delay
+    a cluster's stop, paid once for the controller and again for the backends
+    (docs/stopping.md)."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -14,16 +14,15 @@ from mbds.client import (
     DEFAULT_CONTROLLER,
     Result,
     _closed,
-    _credentials,
     _deadline,
     _ended,
     _error,
     _request,
     collect,
+    open_channel,
 )
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MAX_MESSAGE
 
 
 class AsyncClient:
@@ -42,10 +41,7 @@ class AsyncClient:
                  ca: str | Path | None = None, token: str | None = None) -> None:
         self.address = address
         self.timeout = timeout
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
-        creds = _credentials(ca, token)
-        self.channel = (grpc.aio.secure_channel(address, creds, options=options) if creds
-                        else grpc.aio.insecure_channel(address, options=options))
+        self.channel = open_channel(grpc.aio, address, ca, token, channel_options)
         self.stub = rpc.ControllerStub(self.channel)
         self._session: Any = None       # a grpc.aio stream-stream call
         self._in_use = False            # a request is being read off the session

@@ -89,6 +89,16 @@ def _credentials(ca: str | Path | None, token: str | None) -> grpc.ChannelCreden
         raise ClientError("INVALID_ARGUMENT", str(e)) from None
 
 
+def open_channel(api: Any, address: str, ca: str | Path | None, token: str | None,
+                 channel_options: Sequence[tuple[str, Any]]) -> Any:
+    """A channel to the controller from `api` (`grpc` or `grpc.aio`, which open channels
+    alike): TLS with the CA and token when given, else plaintext."""
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
+    creds = _credentials(ca, token)
+    return (api.secure_channel(address, creds, options=options) if creds
+            else api.insecure_channel(address, options=options))
+
+
 def _closed() -> ClientError:
     return ClientError("UNAVAILABLE", "the controller closed the session")
 
@@ -104,10 +114,7 @@ class Client:
                  ca: str | Path | None = None, token: str | None = None) -> None:
         self.address = address
         self.timeout = timeout
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
-        creds = _credentials(ca, token)
-        self.channel = (grpc.secure_channel(address, creds, options=options) if creds
-                        else grpc.insecure_channel(address, options=options))
+        self.channel = open_channel(grpc, address, ca, token, channel_options)
         self.stub = rpc.ControllerStub(self.channel)
         self._session: Session | None = None
         self._in_use = threading.Lock()     # held while a request is read off the session
