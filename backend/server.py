@@ -15,7 +15,7 @@ from backend.links import IigClient, PeerLinks
 from backend.node import BackendNode
 from backend.state import BusOut
 from backend.store import Store
-from mbds import metrics, tls
+from mbds import faults, metrics, tls
 from mbds.doors import RoleDoor
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -67,6 +67,7 @@ class BackendServicer(rpc.BackendServicer):
     async def ApplyDirectory(self, request: pb.DirectoryUpdate,
                              context: grpc.aio.ServicerContext) -> pb.HelloReply:
         try:
+            faults.hit("backend.apply_directory")
             await self.node.apply_directory(request)
         except BadMessage as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,

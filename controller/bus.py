@@ -198,9 +198,14 @@ class Bus:
 
     async def push_directory(self, update: pb.DirectoryUpdate, timeout: float,
                              skip: str = "") -> None:
-        """New directory entries to every reachable backend but `skip`, outside bus order."""
-        await asyncio.gather(*(link.apply_directory(update, timeout) for link in self.links
-                               if link.up and link.name != skip), return_exceptions=True)
+        """New directory entries to every reachable backend but `skip`, outside bus order.
+        A backend it fails gets them with the next traffic unit (Coordinator.place)."""
+        targets = [link for link in self.links if link.up and link.name != skip]
+        results = await asyncio.gather(*(link.apply_directory(update, timeout)
+                                         for link in targets), return_exceptions=True)
+        for link, result in zip(targets, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("directory push to %s failed: %s", link.name, result)
 
     async def close(self) -> None:
         for link in self.links:

@@ -321,7 +321,10 @@ class Coordinator:
         """IIG for a record an UPDATE moved: its cluster, allocated centrally if new."""
         cid, update = self.iig.place_moved(file, values)
         if update.descriptors or update.clusters:
-            # Every backend learns of the new cluster before the mover writes into it.
+            # Every backend learns of the new cluster before the mover writes into it;
+            # the next traffic unit carries the entries too, in bus order, to any backend
+            # the push missed (down, or failing it): applying them again changes nothing.
+            self.unsent.MergeFrom(update)
             await self.bus.push_directory(update, self.timeout, skip=asker)
         return pb.PlaceReply(cluster_id=cid, directory=self.iig.cluster_definition(cid))
 

@@ -12,6 +12,7 @@ import os
 
 POINTS = (
     "backend.before_define",        # a definition's files are being stored (writer's job)
+    "backend.apply_directory",      # directory entries pushed outside bus order arrive
     "backend.before_prepare",       # written in the writer's transaction, not yet durable
     "backend.before_vote",          # prepared durably; "prepared" not yet sent
     "backend.after_vote",           # "prepared" is queued for PP; the decision has not come

@@ -18,7 +18,7 @@ from mbds import faults
 from mbds.client import ClientError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from tests.conftest import CENSUS_YAML, Running, internal_channel
+from tests.conftest import CENSUS_YAML, Running, backend_digests, internal_channel
 from tests.crashes import retry
 
 # Three new type-C values: three new clusters, IIG puts their first records on three
@@ -180,3 +180,24 @@ def test_a_fault_spec_names_what_is_wrong() -> None:
         faults.parse("backend.nowhere=crash")
     with pytest.raises(ValueError, match="'backend.after_vote=explode'"):
         faults.parse("backend.after_vote=explode")
+
+
+def test_a_backend_a_directory_push_fails_gets_the_entries_with_the_next_unit(
+        cluster_factory) -> None:
+    """An UPDATE moving a record to a new type-C value makes IIG allocate a descriptor and
+    a cluster, pushed to the other backends outside bus order. Every backend but the
+    mover fails that push here: the next traffic unit must bring them the entries."""
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("INSERT (<FILE, Census>, <CITY, Mover>, <POP, 10>, <STATE, CA>)")
+    for i in (0, 1):
+        r.cluster.backends[i].kill()
+        r.cluster.restart_backend(i, env={"MBDS_FAULTS": "backend.apply_directory=error"})
+    retry(r.client, COUNT, timeout=30)              # both have rejoined
+    r.client.execute("UPDATE ((FILE = Census) and (CITY = Mover)) <CITY = 'Brand New Town'>")
+    [moved] = r.client.execute(
+        "RETRIEVE ((FILE = Census) and (CITY = 'Brand New Town')) (CITY, POP)")
+    assert moved.records == [{"CITY": "Brand New Town", "POP": 10}]
+    assert moved.stats["clusters_examined"] == 1
+    assert len(set(backend_digests(r))) == 1
+    assert backend_digests(r)[0] == r.client.status().directory_digest
