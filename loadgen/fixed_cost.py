@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from loadgen import grpc_floor
 from loadgen import paper_db as P
 from loadgen.common import (
     fail,
@@ -89,11 +90,15 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
 @click.option("--backend-cpus", type=float, default=None,
               help="CPU budget of each backend (cgroup; needs root). Default: none.")
 @split_search_option
+@click.option("--floor", is_flag=True, help="Also measure one bare gRPC round trip "
+              "(an echo over a grpc.aio stream, plaintext and mutual TLS): the least a "
+              "message each way costs a process here.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per cluster size.")
 def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
                internal_timing: str, backend_cpus: float | None,
-               split_search_from: int, as_json: bool) -> None:
+               split_search_from: int, floor: bool, as_json: bool) -> None:
     """CPU ms per traffic unit of the controller and each backend, for a small request."""
+    floors = grpc_floor.measure(max(units, 1000)) if floor else []
     rows = []
     for n in backend_counts:
         if n < 1:
@@ -109,6 +114,8 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
     if as_json:
         for r in rows:
             click.echo(json.dumps({"request": which, **r}))
+        for f in floors:
+            click.echo(json.dumps({"floor": True, **f}))
         return
     most = max(backend_counts)
     columns = ["backends", "units", "controller_cpu_ms",
@@ -116,3 +123,6 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
                "p90_ms"]
     print_table(f"fixed cost per traffic unit: {which} (CPU ms per unit per process)",
                 columns, [{c: r.get(c, "") for c in columns} for r in rows])
+    if floors:
+        print_table("one bare gRPC round trip (a small message each way; CPU ms per round "
+                    "trip)", list(floors[0]), floors)

@@ -93,3 +93,18 @@ def test_statement_texts_follow_a_redefined_file() -> None:
     plan = FilePlan(indexed, [1], conjunctions=[[("A", "=", 1)]])
     assert not recp._pageable(plan)
     assert recp._pageable(FilePlan(_schema("A"), [1], conjunctions=[[("A", "=", 1)]]))
+
+
+def test_floor_is_one_real_round_trip_per_transport() -> None:
+    result = CliRunner().invoke(fixed_cost.fixed_cost, [
+        "--backends", "1", "--units", "10", "--warmup", "1", "--floor", "--json"],
+        catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    floors = [json.loads(line) for line in result.output.splitlines()
+              if line.startswith("{") and '"floor"' in line]
+    assert [f["transport"] for f in floors] == ["plaintext", "mutual TLS"]
+    for f in floors:
+        assert f["round_trips"] == 1000
+        # Both ends did work for every message, and a round trip is neither free nor slow.
+        assert 0.005 < f["server_cpu_ms"] < 50 and 0.005 < f["client_cpu_ms"] < 50, f
+        assert 0 < f["median_ms"] < 50, f
