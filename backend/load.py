@@ -11,6 +11,8 @@ range when two-phase.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
+from itertools import repeat
 
 from backend.check import BadMessage
 from backend.store import col, table
@@ -18,6 +20,7 @@ from backend.undo import UndoLog
 from mbds import columns
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
+from mbds.values import Value, from_pb
 
 
 def cluster_ids(req: pb.Request) -> set[int]:
@@ -31,15 +34,35 @@ def insert(conn: sqlite3.Connection, schema: FileSchema, batch: pb.LoadColumns,
            undo: UndoLog | None = None) -> int:
     if not batch.count:
         return 0
-    names = [a.name for a in schema.attributes]
-    values = [columns.values(c, batch.count) for c in batch.columns]
-    bodies = columns.values(batch.bodies, batch.count)
+    n = batch.count
+    # An all-null column is left out (its default is NULL). A constant column's value
+    # is one parameter, bound once per record however many columns hold it: binding
+    # is most of SQLite's cost per value, and a record often repeats a value.
+    kept = [(name, c) for name, c in zip((*(col(a.name) for a in schema.attributes), "_body"),
+                                         (*batch.columns, batch.bodies), strict=True)
+            if c.kind != pb.NULLS]
+    base = 1 + sum(c.kind != pb.CONSTANT for _, c in kept)     # parameters per record
+    names, slots = ["cluster_id"], ["?1"]
+    per_record: list[Iterable[Value]] = [batch.cluster_ids]
+    fixed: list[Value] = []
+    slot: dict[tuple[type, str], int] = {}     # by type and repr: 1 == 1.0, 0.0 == -0.0
+    for name, c in kept:
+        names.append(name)
+        if c.kind == pb.CONSTANT:
+            v = from_pb(c.values[0])
+            if (type(v), repr(v)) not in slot:
+                fixed.append(v)
+                slot[type(v), repr(v)] = base + len(fixed)
+            slots.append(f"?{slot[type(v), repr(v)]}")
+        else:
+            per_record.append(columns.values(c, n))
+            slots.append(f"?{len(per_record)}")
     before = undo.last_rid(schema) if undo is not None else 0
     try:
         conn.executemany(
-            f"INSERT INTO {table(schema.name)} (cluster_id, {', '.join(map(col, names))}, "
-            f"_body) VALUES (?, {', '.join('?' * len(names))}, ?)",
-            zip(batch.cluster_ids, *values, bodies, strict=True))
+            f"INSERT INTO {table(schema.name)} ({', '.join(names)}) "
+            f"VALUES ({', '.join(slots)})",
+            zip(*per_record, *(repeat(v, n) for v in fixed), strict=True))
     except IndexError:      # a dictionary reference out of range: the job rolls back
         for c in (*batch.columns, batch.bodies):
             i = columns.bad_reference(c)

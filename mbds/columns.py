@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
+from operator import itemgetter
 from typing import Any
 
 from mbds.errors import SemanticError, shorten
@@ -42,16 +43,25 @@ def _describe(v: Value) -> str:
 
 def encode(values: Sequence[Value], out: pb.Column) -> None:
     """One attribute's values into `out`: a typed array when they are all of one kind."""
-    distinct = dict.fromkeys(values)    # hashes each value once; types from these
-    kinds = set(map(type, distinct))
-    kind = TYPED.get(next(iter(kinds))) if len(kinds) == 1 else None
-    if kind in (pb.INTEGERS, pb.FLOATS):    # 1 == 1.0 == True: the distinct hide kinds
+    if values and type(values[0]) in (int, float):
+        # Numbers by their types, as 1 == 1.0 == True: a dictionary of them would hide
+        # kinds (and cost a hash per value where one pass over their types does).
         kinds = set(map(type, values))
-        kind = TYPED.get(next(iter(kinds))) if len(kinds) == 1 else None
+        kind = TYPED[type(values[0])] if len(kinds) == 1 else pb.VALUES
+        constant = kind != pb.VALUES and values.count(values[0]) == len(values)
+        distinct: dict[Value, None] = {}
+    else:
+        # Hashes each value once; types from these. One value throughout (the common
+        # constant column) is found by comparing, which skips the hashing.
+        distinct = ({values[0]: None} if values and values.count(values[0]) == len(values)
+                    else dict.fromkeys(values))
+        kinds = set(map(type, distinct))
+        kind = TYPED.get(next(iter(kinds)), pb.VALUES) if len(kinds) == 1 else pb.VALUES
+        constant = kind != pb.VALUES and len(distinct) == 1
     if not values or kinds == {type(None)}:
         out.kind = pb.NULLS
         return
-    if kind is not None and len(distinct) == 1 and len(values) > 1:
+    if constant and len(values) > 1:
         out.kind = pb.CONSTANT          # sent, checked and decoded once for the batch
         to_pb(values[0], out.values.add())
         return
@@ -91,7 +101,14 @@ def encode_batch(records: Sequence[Sequence[Value]], width: int, first: int,
     """Records (each `width` values) as a columnar batch whose first record is number
     `first` of its load."""
     out = pb.LoadColumns(count=len(records), first=first)
-    columns = list(zip(*records, strict=True)) if records else []
+    lengths = set(map(len, records))
+    if len(lengths) > 1:
+        raise ValueError(f"records of {min(lengths)} to {max(lengths)} values in one batch")
+    # One flat list sliced by column: `zip(*records)` would hold an iterator per record
+    # at once, enough young objects to set off the garbage collector every batch.
+    step = lengths.pop() if records else 0
+    flat = list(chain.from_iterable(records))
+    columns = [flat[i::step] for i in range(step)]
     for i in range(width):
         encode(columns[i] if columns else (), out.columns.add())
     if bodies is not None:
@@ -126,15 +143,15 @@ def load_requests(file: str, attributes: list[str],
     request iterator it would come back as UNKNOWN, unnamed."""
     width, first, it = len(attributes), 1, iter(rows)
     while part := list(islice(it, chunk)):
-        values = [r[0] for r in part]
-        bodies = [r[1] for r in part]
-        for n, v in enumerate(values):
-            if len(v) != width:
-                refused.append(f"record {first + n}: {len(v)} values for {width} attributes")
-                return
+        values = list(map(itemgetter(0), part))
+        bodies = list(map(itemgetter(1), part))
+        if set(map(len, values)) - {width}:
+            n, v = next((n, v) for n, v in enumerate(values) if len(v) != width)
+            refused.append(f"record {first + n}: {len(v)} values for {width} attributes")
+            return
         try:
             cols = encode_batch(values, width, first,
-                                bodies if any(b is not None for b in bodies) else None)
+                                bodies if bodies.count(None) < len(bodies) else None)
         except ColumnError as e:
             refused.append(f"record {first + e.index}: {e}")
             return

@@ -8,6 +8,7 @@ import json
 import sqlite3
 from collections import Counter, defaultdict
 from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from backend import check
+from backend.load import insert
+from backend.store import Store
 from cli.database import load_progress, track_load
 from cli.main import main as cli
 from controller import load
@@ -202,6 +205,34 @@ def test_the_backend_checks_a_batch_per_column() -> None:
     foreign.requests[0].columns.cluster_ids[0] = 10 ** 6
     with pytest.raises(check.BadMessage, match="cluster 1000000 is not a cluster of CENSUS"):
         check.traffic_unit(directory, foreign)
+
+
+def test_the_backend_stores_every_column_kind_as_sent(tmp_path: Path) -> None:
+    """One parameter per distinct constant (the string "1", the integer 1 and the float
+    1.0 apart), all-null columns left out, and a bad dictionary reference named."""
+    store = Store(tmp_path / "backend.db")
+    schema = parse_definition(CENSUS_YAML)[0]
+    conn = store.writer()
+    conn.execute("BEGIN")
+    store._create_file_table(conn, schema)
+    same = columns.encode_batch([["1", 1, 1.0, None]] * 3, 4, 1, ["1"] * 3)
+    mixed = columns.encode_batch([["a", 5, None, "CA"], ["b", 6, 2.5, "CA"],
+                                  ["a", 7, -0.5, "CA"], ["a", 8, 1.0, "CA"]], 4, 4)
+    assert [c.kind for c in (*same.columns, same.bodies)] == [pb.CONSTANT] * 3 + [
+        pb.NULLS, pb.CONSTANT]
+    assert [c.kind for c in (*mixed.columns, mixed.bodies)] == [
+        pb.STRING_REFS, pb.INTEGERS, pb.VALUES, pb.CONSTANT, pb.NULLS]
+    for batch in (same, mixed):
+        batch.cluster_ids.extend(range(batch.count))
+        assert insert(conn, schema, batch) == batch.count
+    got = conn.execute('SELECT cluster_id, "CITY", "POP", "AREA", "STATE", _body '
+                       'FROM "r_CENSUS" ORDER BY rid').fetchall()
+    assert repr(got) == repr([(i, "1", 1, 1.0, None, "1") for i in range(3)] + [
+        (0, "a", 5, None, "CA", None), (1, "b", 6, 2.5, "CA", None),
+        (2, "a", 7, -0.5, "CA", None), (3, "a", 8, 1.0, "CA", None)])
+    mixed.columns[0].refs[2] = 9
+    with pytest.raises(check.BadMessage, match="record 6: a dictionary reference beyond"):
+        insert(conn, schema, mixed)
 
 
 # ------------------------------------------------------------- a real cluster --
