@@ -15,12 +15,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 import grpc
 
 from controller.decisions import Decisions
-from controller.inbox import WINDOW, BackendFailure, Delivery, Inbox
+from controller.inbox import WINDOW, BackendFailure, Inbox
 from mbds import metrics, tls
 from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
@@ -37,6 +38,64 @@ CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE),
                    ("grpc.max_send_message_length", MAX_MESSAGE)]
 
 
+# Field keys (number << 3 | wire type 2, length-delimited) of `BusBatch.messages`,
+# `BusMessage.traffic_unit` and `TrafficUnit.directory`, and of `TrafficUnit.seq` (a
+# varint): a unit's copies are framed once as bytes instead of built as messages.
+_BATCH_MESSAGE, _TRAFFIC_UNIT, _DIRECTORY, _SEQ = 0x0A, 0x12, 0x1A, 0x08
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _framed(key: int, payload: bytes) -> bytes:
+    """A length-delimited field: its key, its length, its bytes."""
+    return bytes((key,)) + _varint(len(payload)) + payload
+
+
+def traffic_unit_message(body: bytes, seq: int, directory: bytes = b"") -> bytes:
+    """A serialized `BusMessage` carrying a traffic unit: `body` (a serialized
+    `TrafficUnit` without its seq) with `seq` and, merged into its `directory`, the
+    serialized `DirectoryUpdate` `directory` (serialized messages concatenated merge)."""
+    unit = body + bytes((_SEQ,)) + _varint(seq)
+    if directory:
+        unit += _framed(_DIRECTORY, directory)
+    return _framed(_TRAFFIC_UNIT, unit)
+
+
+class Outbox:
+    """What is queued down one bus, in order, until its writer takes it; None closes it.
+    Lighter than an asyncio.Queue: its one reader takes everything queued at once."""
+
+    def __init__(self) -> None:
+        self.items: deque[pb.BusMessage | bytes | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: pb.BusMessage | bytes | None) -> None:
+        self.items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> deque[pb.BusMessage | bytes | None]:
+        """Everything queued; waits for at least one item."""
+        while not self.items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items, self.items = self.items, deque()
+        return items
+
+
 class BackendLink:
     """One backend: its channel, and the bus stream while it is open."""
 
@@ -46,10 +105,14 @@ class BackendLink:
         self.index = 0               # its place on the bus
         self.channel = tls.channel(address, "backend", CHANNEL_OPTIONS)
         self.stub = rpc.BackendStub(self.channel)
-        self.queue: asyncio.Queue[pb.BusMessage | None] | None = None
+        # The bus takes each batch serialized already (`Outbox`, `traffic_unit_message`).
+        self._bus_call = self.channel.stream_stream(
+            "/mbds.Backend/Bus", request_serializer=None,
+            response_deserializer=pb.BackendReplies.FromString, _registered_method=True)
+        self.queue: Outbox | None = None
         self.bus_task: asyncio.Task[None] | None = None
         # seq -> the inbox of the traffic unit waiting for its results.
-        self.pending: dict[int, asyncio.Queue[Delivery]] = {}
+        self.pending: dict[int, Inbox] = {}
         self.error = "not connected"
         self.metrics_url = ""
         # Told when this backend has forgotten a committed unit (its seq on this bus).
@@ -88,39 +151,41 @@ class BackendLink:
     def open_bus(self, hello: pb.BusHello) -> None:
         """Start a fresh bus; the first message tells the backend its place in the set."""
         self.close_bus()
-        self.queue = asyncio.Queue()
-        self.queue.put_nowait(pb.BusMessage(hello=hello))
+        self.queue = Outbox()
+        self.queue.put(pb.BusMessage(hello=hello))
         self.error = ""
         self.pending = {}           # each bus has its own: a dying one fails only its units
         self.bus_task = asyncio.create_task(self._run_bus(self.queue, self.pending))
 
-    async def _run_bus(self, queue: asyncio.Queue[pb.BusMessage | None],
-                       pending: dict[int, asyncio.Queue[Delivery]]) -> None:
+    async def _run_bus(self, queue: Outbox, pending: dict[int, Inbox]) -> None:
         sent = metrics.BUS_MESSAGES.labels("to_backend", self.name)
         items = metrics.BUS_ITEMS.labels("to_backend", self.name)
 
-        async def batches() -> AsyncIterator[pb.BusBatch]:
-            while (msg := await queue.get()) is not None:
-                batch = [msg]
-                while not queue.empty():     # everything queued meanwhile goes along
-                    if (msg := queue.get_nowait()) is None:
+        async def batches() -> AsyncIterator[bytes]:
+            while True:
+                batch = await queue.take()       # everything queued meanwhile goes along
+                messages: list[bytes] = []
+                for m in batch:
+                    if m is None:
                         break
-                    batch.append(msg)
-                sent.inc()
-                items.inc(len(batch))
-                yield pb.BusBatch(messages=batch)
-                if msg is None:
+                    messages.append(_framed(_BATCH_MESSAGE, m if isinstance(m, bytes)
+                                            else m.SerializeToString()))
+                if messages:
+                    sent.inc()
+                    items.inc(len(messages))
+                    yield b"".join(messages)
+                if len(messages) < len(batch):     # closed
                     return
 
         try:
-            async for replies in self.stub.Bus(batches()):
+            async for replies in self._bus_call(batches()):
                 for reply in replies.replies:
                     if reply.WhichOneof("body") == "forgotten":
                         self.on_forgotten(reply.seq)
                         continue
                     inbox = pending.get(reply.seq)
                     if inbox is not None:     # else: a unit PP gave up on (aborted)
-                        inbox.put_nowait((self, reply))
+                        inbox.deliver(self, reply)
         except grpc.aio.AioRpcError as e:
             self.error = e.details() or e.code().name
             log.warning("bus to backend %s broke: %s", self.name, self.error)
@@ -130,16 +195,17 @@ class BackendLink:
             self.error = self.error or "bus closed"
         finally:
             for inbox in pending.values():   # their results will never come
-                inbox.put_nowait((self, None))
+                inbox.deliver(self, None)
 
-    def send(self, msg: pb.BusMessage) -> None:
+    def send(self, msg: pb.BusMessage | bytes) -> None:
+        """Queue a message (or its serialized form) down this bus."""
         if self.queue is None or not self.up:
             raise self.unavailable()
-        self.queue.put_nowait(msg)
+        self.queue.put(msg)
 
     def close_bus(self) -> None:
         if self.queue is not None:
-            self.queue.put_nowait(None)
+            self.queue.put(None)
         if self.bus_task is not None:
             self.bus_task.cancel()
         self.queue = self.bus_task = None
@@ -178,22 +244,37 @@ class Bus:
             internal_timing=self.internal_timing, iig_address=self.iig_address,
             credit_window=WINDOW))
 
+    def _number(self, links: list[BackendLink], timeout: float, requests: int) -> Inbox:
+        """The next traffic unit's place in the total order, and its inbox, registered
+        before anything is sent."""
+        down = [link for link in links if not link.up]
+        if down:
+            raise down[0].unavailable()
+        self.seq += 1
+        return Inbox(links, self.seq, asyncio.get_running_loop().time() + timeout, timeout,
+                     requests, epoch=self.epoch, decisions=self.decisions)
+
     def broadcast(self, units: dict[int, pb.TrafficUnit], timeout: float,
                   requests: int) -> Inbox:
         """Give a traffic unit (one copy per backend index it goes to) its place in the
         total order, put it on those buses and return its inbox, registered before
         anything is sent."""
         links = [link for link in self.links if link.index in units]
-        down = [link for link in links if not link.up]
-        if down:
-            raise down[0].unavailable()
-        self.seq += 1
-        inbox = Inbox(links, self.seq, asyncio.get_running_loop().time() + timeout, timeout,
-                      requests, epoch=self.epoch, decisions=self.decisions)
+        inbox = self._number(links, timeout, requests)
         for link in links:
             tu = units[link.index]
             tu.seq = self.seq
             link.send(pb.BusMessage(traffic_unit=tu))
+        return inbox
+
+    def broadcast_same(self, body: bytes, directory: bytes, timeout: float,
+                       requests: int) -> Inbox:
+        """`broadcast` of one traffic unit that is the same for every backend: `body`
+        serialized without its seq, and the serialized directory entries it carries."""
+        inbox = self._number(list(self.links), timeout, requests)
+        msg = traffic_unit_message(body, self.seq, directory)
+        for link in self.links:
+            link.send(msg)
         return inbox
 
     async def push_directory(self, update: pb.DirectoryUpdate, timeout: float,

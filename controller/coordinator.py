@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -23,13 +23,12 @@ from controller.bus import BackendLink, Bus, Inbox
 from controller.decisions import Decisions
 from controller.describe import describe
 from controller.iig import Defined, Iig
-from controller.reqp import Prepared, Reqp
+from controller.reqp import Prepared, Reqp, same_unit
 from mbds import doors, metrics
 from mbds.directory import Directory
 from mbds.errors import BackendUnavailable, PermissionDenied
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
-from mbds.traffic import predicate_count
 from mbds.values import Value
 
 # What a read-only client may ask for: nothing that changes data.
@@ -184,76 +183,81 @@ class Coordinator:
             self._open.set()
 
     # ------------------------------------------------------- traffic units --
-    @contextlib.asynccontextmanager
-    async def _traffic(self) -> AsyncIterator[None]:
-        """One traffic unit in flight: held while the set of backends changes."""
+    async def _enter(self) -> None:
+        """One more traffic unit in flight (`_leave` when it is over): held while the set
+        of backends changes."""
         await self._open.wait()
         self._inflight += 1
         self._idle.clear()
-        try:
-            yield
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
+
+    def _leave(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
 
     async def run(self, prepared: list[Prepared], transaction: bool,
                   update: pb.DirectoryUpdate | None = None,
                   timeout: float | None = None) -> AsyncIterator[pb.ExecuteReplies]:
-        async with self._traffic():
-            async for reply in self._run(prepared, transaction, update, timeout):
-                yield reply
+        """One traffic unit: IIG places the inserts, the bus carries the unit (with every
+        directory entry not yet sent), PP answers; one generator, not a stack of them."""
+        await self._enter()
+        try:
+            await self.ensure_up()
+            if update is not None:
+                self.unsent.MergeFrom(update)
+            names = [x.name for x in self.links]
+            units: dict[int, pb.TrafficUnit] = {}
+            loop = asyncio.get_running_loop()
+            try:
+                inbox, units, insert_clusters = self._broadcast(prepared, transaction, names,
+                                                                timeout or self.timeout)
+                async for reply in pp.gather(inbox, prepared, insert_clusters):
+                    timer = loop.call_later(self.stalled_reader, self._stalled, inbox)
+                    try:
+                        yield reply
+                    finally:
+                        timer.cancel()
+            except BaseException:      # refused, aborted, or its client went away
+                self.iig.unplace(names, units)
+                raise
+        finally:
+            self._leave()
 
-    async def _run(self, prepared: list[Prepared], transaction: bool,
-                   update: pb.DirectoryUpdate | None,
-                   timeout: float | None) -> AsyncIterator[pb.ExecuteReplies]:
-        """IIG places the inserts, the bus carries the unit (with every directory entry
-        not yet sent), PP answers."""
-        await self.ensure_up()
-        if update is not None:
-            self.unsent.MergeFrom(update)
+    def _broadcast(self, prepared: list[Prepared], transaction: bool, names: list[str],
+                   timeout: float) -> tuple[Inbox, dict[int, pb.TrafficUnit], list[int]]:
+        """Put the unit on the bus with every directory entry not yet sent. One that places
+        no records is the same for every backend, formed once (REQP's `same_unit`); one
+        with inserts carries to each backend the records IIG placed there."""
+        if prepared and all(p.op != "INSERT" for p in prepared):
+            body = same_unit(prepared, transaction, len(self.links), self.split_search_from)
+            directory = self.unsent.SerializeToString()
+            inbox = self.bus.broadcast_same(body, directory, timeout, len(prepared))
+            if directory:
+                self.unsent = pb.DirectoryUpdate()
+            return inbox, {}, []
         update = self.unsent
-        units = {link.index: pb.TrafficUnit(transaction=transaction) for link in self.links}
-        for p in prepared:
-            for tu in units.values():
-                tu.requests.append(p.request)
-        names = [x.name for x in self.links]
-        insert_clusters = self.iig.place_inserts(prepared, names, update, units)
-        m = predicate_count(p.request for p in prepared)
-        for tu in units.values():
-            tu.directory.CopyFrom(update)
-            tu.predicate_count = m
-            tu.split_search = m >= self.split_search_from
+        units, insert_clusters = self.iig.place_unit(prepared, transaction, names, update,
+                                                     self.split_search_from)
         units = self._one_phase(units, update)
         try:
-            inbox = self.bus.broadcast(units, timeout or self.timeout, len(prepared))
-            if len(units) == len(self.links):
-                self.unsent = pb.DirectoryUpdate()
-            async for reply in pp.gather(inbox, prepared, insert_clusters):
-                with self._taken_within(inbox):
-                    yield reply
-        except BaseException:      # refused, aborted, or its client went away
+            inbox = self.bus.broadcast(units, timeout, len(prepared))
+        except BaseException:      # refused: nothing was sent
             self.iig.unplace(names, units)
             raise
+        if len(units) == len(self.links):
+            self.unsent = pb.DirectoryUpdate()
+        return inbox, units, insert_clusters
 
-    @contextlib.contextmanager
-    def _taken_within(self, inbox: Inbox) -> Iterator[None]:
-        """The client must take each reply within the stalled-reader bound. A client that
-        stops reading would otherwise hold its unit's locks (and, for a transaction that
-        also writes, the backends' writer threads) until the unit's deadline; instead the
-        unit is aborted everywhere, and the client, if it reads on, finds that error after
-        the replies already sent. A unit already over is not affected (the abort finds
-        nothing to roll back)."""
-        def stalled() -> None:
-            log.info("traffic unit %d: its client took no reply for %g s; aborting it",
-                     inbox.seq, self.stalled_reader)
-            inbox.abort(f"the client did not read its answer within {self.stalled_reader:g} s"
-                        " (the controller's --stalled-reader bound)")
-        timer = asyncio.get_running_loop().call_later(self.stalled_reader, stalled)
-        try:
-            yield
-        finally:
-            timer.cancel()
+    def _stalled(self, inbox: Inbox) -> None:
+        """A client that took no reply within the stalled-reader bound would hold its
+        unit's locks (and, for a transaction that also writes, the backends' writer
+        threads) until the unit's deadline: the unit is aborted everywhere instead, and the
+        client, reading on, finds that error after the replies already sent. A unit
+        already over is not affected (the abort finds nothing to roll back)."""
+        log.info("traffic unit %d: its client took no reply for %g s; aborting it",
+                 inbox.seq, self.stalled_reader)
+        inbox.abort(f"the client did not read its answer within {self.stalled_reader:g} s"
+                    " (the controller's --stalled-reader bound)")
 
     def _one_phase(self, units: dict[int, pb.TrafficUnit], update: pb.DirectoryUpdate
                    ) -> dict[int, pb.TrafficUnit]:
@@ -276,8 +280,10 @@ class Coordinator:
         units[writers[0]].one_phase = True
         return {writers[0]: units[writers[0]]}
 
-    async def execute(self, text: str, timeout: float | None = None
-                      ) -> AsyncIterator[pb.ExecuteReplies]:
+    def execute(self, text: str, timeout: float | None = None
+                ) -> AsyncIterator[pb.ExecuteReplies]:
+        """A client's request: prepared (and refused, raising) at the call, run as its
+        answer is read."""
         with metrics.handler("REQP", "request"):
             timeout = self.reqp.timeout(timeout)
             prepared, transaction = self.reqp.prepare(text)
@@ -285,8 +291,7 @@ class Coordinator:
             if writes := sorted({p.op for p in prepared} - READ_OPS):
                 raise PermissionDenied(f"a read-only token may only retrieve; this request "
                                        f"would {', '.join(writes)}")
-        async for reply in self.run(prepared, transaction, timeout=timeout):
-            yield reply
+        return self.run(prepared, transaction, timeout=timeout)
 
     async def load(self, chunk: pb.LoadRequest) -> AsyncIterator[pb.ExecuteReplies]:
         """Bulk INSERT: one traffic unit per chunk, checked like ABDL inserts (a
@@ -312,9 +317,12 @@ class Coordinator:
             if changed:
                 # Adopted only once every backend has stored it (definitions.py).
                 self.directory.restore_files(changed)
-                async with self._traffic():
+                await self._enter()
+                try:
                     await definitions.define_everywhere(self.bus, self.directory,
                                                         out.update, self.timeout)
+                finally:
+                    self._leave()
         return out
 
     async def place(self, file: str, values: list[Value], asker: str = "") -> pb.PlaceReply:

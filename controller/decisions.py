@@ -12,6 +12,10 @@ later. A decision is dropped once every backend it names has forgotten the unit
 
 Decisions that come while the log is being written wait and go together in the
 next transaction (group commit); `synchronous` is SQLite's, as on the backends.
+Where a commit does not wait for the disk (synchronous OFF, or NORMAL in WAL mode)
+a decision is written on the event loop at once, as a hand-off to the log's thread
+and back costs several times the write; the checkpoints, which do wait for the
+disk, then run in that thread.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import json
 import logging
 import sqlite3
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,6 +33,10 @@ from mbds import metrics
 log = logging.getLogger("mbds.controller")
 
 Key = tuple[str, int]       # (epoch, seq)
+
+# Decisions written on the event loop between two checkpoints (each writes a page or
+# two of WAL): about SQLite's own default of 1000 pages.
+CHECKPOINT_EVERY = 500
 
 
 class PresumedAborted(Exception):
@@ -42,6 +51,15 @@ class Decisions:
                                     isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute(f"PRAGMA synchronous={synchronous}")
+        self.path = path
+        self.inline = synchronous.upper() in ("OFF", "NORMAL", "0", "1")
+        if self.inline and path is not None and synchronous.upper() in ("NORMAL", "1"):
+            self.conn.execute("PRAGMA wal_autocheckpoint=0")    # see _checkpoint
+            self._unchecked: int | None = 0
+        else:
+            self._unchecked = None
+        self._checkpointing: asyncio.Future[None] | None = None
+        self._checkpoint_conn: sqlite3.Connection | None = None
         self.conn.execute("CREATE TABLE IF NOT EXISTS decisions (epoch TEXT NOT NULL, "
                           "seq INTEGER NOT NULL, waiting TEXT NOT NULL, "
                           "PRIMARY KEY (epoch, seq))")
@@ -62,6 +80,9 @@ class Decisions:
         if key in self.aborted:
             raise PresumedAborted(f"traffic unit {key[1]} was aborted while a backend "
                                   "was in doubt about it")
+        if self.inline:
+            self._commit_now(key, participants)
+            return
         fut = asyncio.get_running_loop().create_future()
         self.deciding[key] = fut
         self._adds.append((key, participants, fut))
@@ -71,6 +92,36 @@ class Decisions:
             self.logged[key] = set(participants)
         finally:
             del self.deciding[key]
+
+    def _commit_now(self, key: Key, participants: list[str]) -> None:
+        """The decision written before returning, with the drops waiting for it."""
+        drops, self._drops = self._drops, set()
+        try:
+            self._write([(key, participants, None)], drops)
+        except Exception as e:  # the decision is not taken: its unit aborts
+            log.error("the decision log failed: %s", e)
+            raise
+        metrics.child(metrics.COMMIT_GROUP, "").observe(1 + len(drops))
+        self.logged[key] = set(participants)
+        if self._unchecked is not None:
+            self._unchecked += 1
+            if self._unchecked >= CHECKPOINT_EVERY and self._checkpointing is None:
+                self._unchecked = 0
+                self._checkpointing = asyncio.get_running_loop().run_in_executor(
+                    self._io, self._checkpoint)
+                self._checkpointing.add_done_callback(self._checkpointed)
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the file (and sync both) in the log's thread, on a connection
+        of its own, so that the event loop never waits for the disk."""
+        if self._checkpoint_conn is None:
+            self._checkpoint_conn = sqlite3.connect(str(self.path), check_same_thread=False)
+        self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpointing = None
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("checkpointing the decision log failed: %s", done.exception())
 
     async def outcome(self, key: Key) -> bool:
         """A backend's in-doubt unit: commit (True) only if decided so."""
@@ -117,7 +168,7 @@ class Decisions:
                 continue
             try:
                 await loop.run_in_executor(self._io, self._write, adds, drops)
-                metrics.COMMIT_GROUP.labels("").observe(len(adds) + len(drops))
+                metrics.child(metrics.COMMIT_GROUP, "").observe(len(adds) + len(drops))
             except Exception as e:  # the decisions are not taken: their units abort
                 log.error("the decision log failed: %s", e)
                 for _, _, fut in adds:
@@ -128,7 +179,7 @@ class Decisions:
                 if not fut.done():
                     fut.set_result(None)
 
-    def _write(self, adds: list[tuple[Key, list[str], asyncio.Future[None]]],
+    def _write(self, adds: Sequence[tuple[Key, list[str], object]],
                drops: set[Key]) -> None:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
@@ -145,4 +196,6 @@ class Decisions:
     async def close(self) -> None:
         self._task.cancel()
         self._io.shutdown(wait=True)
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
         self.conn.close()

@@ -21,6 +21,7 @@ from mbds.directory import Descriptor, Directory, file_schema_to_pb
 from mbds.errors import DefinitionError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
+from mbds.traffic import predicate_count
 from mbds.values import Value, to_pb
 
 if TYPE_CHECKING:
@@ -138,6 +139,24 @@ class Iig:
             self.directory.apply(pb.DirectoryUpdate(clusters=[cluster]))
             update.clusters.append(cluster)
         return cid
+
+    def place_unit(self, prepared: list[Prepared], transaction: bool, backends: list[str],
+                   update: pb.DirectoryUpdate, split_search_from: int
+                   ) -> tuple[dict[int, pb.TrafficUnit], list[int]]:
+        """A traffic unit with inserts, one copy per backend (by index into `backends`):
+        each with the records placed there and the directory entries `update` has then.
+        Returns the copies and the number of clusters each request touched."""
+        units = {b: pb.TrafficUnit(transaction=transaction) for b in range(len(backends))}
+        for p in prepared:
+            for tu in units.values():
+                tu.requests.append(p.request)
+        insert_clusters = self.place_inserts(prepared, backends, update, units)
+        m = predicate_count(p.request for p in prepared)
+        for tu in units.values():
+            tu.directory.CopyFrom(update)
+            tu.predicate_count = m
+            tu.split_search = m >= split_search_from
+        return units, insert_clusters
 
     def place_inserts(self, prepared: list[Prepared], backends: list[str],
                       update: pb.DirectoryUpdate, units: dict[int, pb.TrafficUnit]) -> list[int]:

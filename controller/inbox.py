@@ -28,6 +28,11 @@ GRANT = WINDOW // 2  # credit is returned in steps of this many
 Delivery: TypeAlias = tuple["BackendLink", "pb.BackendReply | None"]
 
 
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 class BackendFailure(Exception):
     """A backend failed a traffic unit: an error reply, a broken bus or a missed deadline."""
 
@@ -52,11 +57,34 @@ class Inbox:
         self.decisions = decisions
         self.deciding: asyncio.Task[None] | None = None
         self.ended: set[BackendLink] = set()    # backends done with the unit (or gone)
-        self.queue: asyncio.Queue[Delivery] = asyncio.Queue()
+        # What the buses delivered and nobody has taken yet, and the task waiting for
+        # it: lighter than an asyncio.Queue with a timeout, made and used once per unit.
+        self.queue: deque[Delivery] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self.ahead: dict[BackendLink, deque[pb.BackendReply]] = {x: deque() for x in links}
         self.consumed: dict[BackendLink, int] = dict.fromkeys(links, 0)
         for link in links:
-            link.pending[seq] = self.queue
+            link.pending[seq] = self
+
+    def deliver(self, link: BackendLink, msg: pb.BackendReply | None) -> None:
+        """A reply of this unit from `link`'s bus (None: that bus broke)."""
+        self.queue.append((link, msg))
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _get(self, until: float) -> Delivery:
+        """The next delivery; TimeoutError once the loop's clock reaches `until`."""
+        while not self.queue:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_at(until, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        return self.queue.popleft()
 
     def unregister(self) -> None:
         """Stop routing this unit's replies here (later ones are dropped)."""
@@ -80,7 +108,7 @@ class Inbox:
 
     def ready(self, waiting: set[BackendLink], stage: int) -> bool:
         """Would `take` answer without waiting?"""
-        return not self.queue.empty() or any(
+        return bool(self.queue) or any(
             self.ahead[x] and self._stage(self.ahead[x][0]) == stage for x in waiting)
 
     async def take(self, waiting: set[BackendLink], stage: int
@@ -91,16 +119,13 @@ class Inbox:
             if ahead and self._stage(ahead[0]) == stage:
                 return link, ahead.popleft()
         while True:
-            if self.queue.empty():
-                try:
-                    async with asyncio.timeout_at(self.deadline):
-                        link, got = await self.queue.get()
-                except TimeoutError:
-                    late = min(waiting, key=lambda x: x.index)
-                    raise BackendFailure(late, late.unavailable(
-                        f"no answer within the {self.timeout:g} s deadline")) from None
-            else:
-                link, got = self.queue.get_nowait()
+            try:
+                link, got = self.queue.popleft() if self.queue else \
+                    await self._get(self.deadline)
+            except TimeoutError:
+                late = min(waiting, key=lambda x: x.index)
+                raise BackendFailure(late, late.unavailable(
+                    f"no answer within the {self.timeout:g} s deadline")) from None
             msg = self._check(link, got)
             if link in waiting and self._stage(msg) == stage and not self.ahead[link]:
                 return link, msg
@@ -186,8 +211,7 @@ class Inbox:
         until = max(self.deadline, loop.time()) + grace
         while any(x.up and x not in self.ended for x in self.links):
             try:
-                async with asyncio.timeout_at(until):
-                    link, msg = await self.queue.get()
+                link, msg = await self._get(until)
             except TimeoutError:
                 return
             if msg is None or msg.WhichOneof("body") in ("error", "committed"):

@@ -76,6 +76,10 @@ def _batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]
         count=len(rows[i:i + n]))) for i in range(0, len(rows), n)]
 
 
+def _by_backend(s: pb.BackendStats) -> str:
+    return s.backend
+
+
 def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
     """The response time: from the traffic unit's arrival to this acknowledgement."""
     done.done.elapsed_ms = (time.perf_counter() - t0) * 1000
@@ -83,12 +87,6 @@ def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
     return done
 
 
-def _flush(out: list[pb.ExecuteReply]) -> pb.ExecuteReplies:
-    """One message to the client: at most FLUSH_BATCHES row batches of up to 1 MiB
-    each, well under the client's 64 MiB limit."""
-    msg = pb.ExecuteReplies(replies=out)
-    out.clear()
-    return msg
 
 
 async def gather(inbox: Inbox, prepared: list[Prepared],
@@ -102,38 +100,43 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
     t0 = time.perf_counter()
     writes = any(p.op in WRITE_OPS for p in prepared)
     held: list[pb.ExecuteReply] = []
-    out: list[pb.ExecuteReply] = []
+    # The next message to the client, its replies built in it rather than copied in: at
+    # most FLUSH_BATCHES row batches of up to 1 MiB each, well under the client's 64 MiB
+    # limit. Once passed on it is the client's, and PP starts another.
+    out = pb.ExecuteReplies()
     rows_held = 0
     finished = False
     try:
         for i, p in enumerate(prepared):
             with metrics.handler("PP", "request_count"):
-                out.append(pb.ExecuteReply(request_index=i, header=p.header))
-                stats = pb.RequestStats()
+                out.replies.add(request_index=i, header=p.header)
+                clusters = records = 0
+                per_backend: list[pb.BackendStats] = []
             with metrics.handler("PP", "aggregate_ops"):
                 aggs = _Aggregates(p) if p.aggregates else None
             sides: list[list[list[Any]]] = [[], []]
             waiting = set(inbox.links)
             while waiting:
                 if rows_held and (rows_held >= FLUSH_BATCHES or not inbox.ready(waiting, i)):
-                    yield _flush(out)
+                    passed, out = out, pb.ExecuteReplies()
+                    yield passed
                     rows_held = 0
                 link, msg = await inbox.take(waiting, i)
                 t_msg = time.perf_counter()
                 kind = msg.WhichOneof("body")
                 if kind == "done":
                     d = msg.done.stats
-                    stats.clusters_examined = max(stats.clusters_examined, d.clusters_examined)
-                    stats.records_retrieved += d.records_retrieved
-                    stats.backends.extend(d.backends)
+                    clusters = max(clusters, d.clusters_examined)
+                    records += d.records_retrieved
+                    per_backend.extend(d.backends)
                     waiting.discard(link)
                     continue
                 if kind == "rows":
                     if p.op == "RETRIEVE_COMMON":
                         sides[msg.rows.side].extend(json.loads(msg.rows.rows_json))
                     else:
-                        out.append(pb.ExecuteReply(request_index=i, rows=pb.RowBatch(
-                            rows_json=msg.rows.rows_json, count=msg.rows.count)))
+                        r = out.replies.add(request_index=i)
+                        r.rows.rows_json, r.rows.count = msg.rows.rows_json, msg.rows.count
                         rows_held += 1
                 elif kind == "group" and aggs is not None:
                     aggs.add(msg.group)
@@ -147,26 +150,33 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                 elif p.op == "RETRIEVE_COMMON":
                     final = _batches(i, _join(p, *sides))
             for batch in final:          # at most FLUSH_BATCHES row batches a message
-                out.append(batch)
+                out.replies.append(batch)
                 rows_held += 1
                 if rows_held >= FLUSH_BATCHES:
-                    yield _flush(out)
+                    passed, out = out, pb.ExecuteReplies()
+                    yield passed
                     rows_held = 0
             if p.op == "INSERT":
-                stats.clusters_examined = insert_clusters[i]
-            stats.backends.sort(key=lambda s: s.backend)
-            done = pb.ExecuteReply(request_index=i, done=pb.RequestDone(stats=stats))
+                clusters = insert_clusters[i]
+            # Built where it goes, once: a write's `done` is its acknowledgement, held until
+            # the unit is committed.
+            done = pb.ExecuteReply(request_index=i) if writes else \
+                out.replies.add(request_index=i)
+            stats = done.done.stats
+            stats.SetInParent()
+            stats.clusters_examined, stats.records_retrieved = clusters, records
+            stats.backends.extend(sorted(per_backend, key=_by_backend))
             if writes:
-                held.append(done)     # a write's `done` is its acknowledgement: after commit
+                held.append(done)
             else:
-                out.append(_stamp(done, p.op, t0))
+                _stamp(done, p.op, t0)
         # A write is acknowledged only once it is committed: every backend committed
         # it, or every one that wrote has prepared it and the decision is durable.
         await inbox.settle(writes)
         finished = True
-        out.extend(_stamp(done, prepared[done.request_index].op, t0) for done in held)
-        if out:
-            yield _flush(out)
+        out.replies.extend(_stamp(done, prepared[done.request_index].op, t0) for done in held)
+        if out.replies:
+            yield out
     except BackendFailure as f:
         finished = True
         # Every backend, the failing one too: one that missed the deadline may be alive

@@ -20,7 +20,7 @@ from mbds.directory import Directory
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
-from mbds.traffic import COMPARE, RELOP_PB
+from mbds.traffic import COMPARE, RELOP_PB, predicate_count
 from mbds.values import Value, from_pb, to_pb
 
 # What a client may send; each bound is refused with its limit named (docs/abdl.md, "Limits").
@@ -59,11 +59,31 @@ class Prepared:
     common: tuple[str, str] = ("", "")
     left_width: int = 0
     inserts: list[PreparedInsert] = field(default_factory=list)
+    # The serialized traffic unit of the request list this one heads (`same_unit`).
+    units: dict[tuple[int, bool, int], bytes] = field(default_factory=dict, compare=False,
+                                                      repr=False)
 
     @cached_property
     def header(self) -> pb.ReplyHeader:
         """PP's first reply to the request, built once (REQP keeps prepared requests)."""
         return pb.ReplyHeader(op=self.op, columns=self.columns)
+
+
+def same_unit(prepared: list[Prepared], transaction: bool, backends: int,
+              split_search_from: int) -> bytes:
+    """The traffic unit of requests that place no records, the same for every backend and
+    serialized without its seq (the bus adds it, `controller/bus.py`): formed once per
+    prepared request list, which REQP keeps, and per number of backends."""
+    key = (backends, transaction, split_search_from)
+    body = prepared[0].units.get(key)
+    if body is None:
+        m = predicate_count(p.request for p in prepared)
+        tu = pb.TrafficUnit(transaction=transaction, requests=[p.request for p in prepared],
+                            predicate_count=m, split_search=m >= split_search_from,
+                            one_phase=backends == 1)   # as Coordinator._one_phase decides
+        tu.directory.SetInParent()     # as when the directory entries are copied in
+        body = prepared[0].units[key] = tu.SerializeToString()
+    return body
 
 
 def _too_many(what: str, count: int, unit: str, limit: int) -> SemanticError:

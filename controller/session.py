@@ -76,24 +76,22 @@ class Sessions:
                     raise
                 finally:
                     self.idle.discard(task)
-                async for reply in self._answer(request):
-                    yield reply
+                # The answer, written out here rather than in a generator of its own per
+                # request. Its last message is held back until PP's answer ends, so that
+                # it can carry `end` (a small answer stays one message, with no empty
+                # marker after it).
+                held: pb.ExecuteReplies | None = None
+                try:
+                    async for reply in self.c.execute(request.text, request.timeout_s or None):
+                        if held is not None:
+                            yield held
+                        held = reply
+                except Exception as e:   # every failure is this request's answer
+                    code, message = failure(e)
+                    held = held or pb.ExecuteReplies()
+                    held.failure.code, held.failure.message = code.name, message
+                held = held or pb.ExecuteReplies()
+                held.end = True
+                yield held
         finally:
             self.idle.discard(task)
-
-    async def _answer(self, request: pb.ExecuteRequest) -> AsyncIterator[pb.ExecuteReplies]:
-        # The last message is held back until PP's answer ends, so that it can carry
-        # `end` (a small answer stays one message, with no empty marker after it).
-        held: pb.ExecuteReplies | None = None
-        try:
-            async for reply in self.c.execute(request.text, request.timeout_s or None):
-                if held is not None:
-                    yield held
-                held = reply
-        except Exception as e:   # every failure is this request's answer
-            code, message = failure(e)
-            held = held or pb.ExecuteReplies()
-            held.failure.code, held.failure.message = code.name, message
-        held = held or pb.ExecuteReplies()
-        held.end = True
-        yield held

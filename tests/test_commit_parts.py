@@ -15,9 +15,11 @@ import pytest
 from backend import undo
 from backend.store import Store
 from backend.writer import Writer
+from controller import bus, decisions
 from controller.decisions import Decisions, PresumedAborted
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
+from mbds.values import to_pb
 
 YAML = """
 files:
@@ -141,12 +143,15 @@ def test_the_writer_groups_jobs_and_rolls_a_failing_one_back_alone(tmp_path: Pat
     writer.shutdown()
 
 
+@pytest.mark.parametrize("synchronous", ["NORMAL", "FULL", "OFF"])
 def test_decisions_survive_a_restart_and_unknown_units_are_presumed_aborted(
-        tmp_path: Path) -> None:
+        tmp_path: Path, synchronous: str) -> None:
+    """Written on the event loop (OFF, NORMAL) or by the log's thread in groups (FULL)."""
     path = tmp_path / "decisions.db"
 
     async def first() -> None:
-        d = Decisions(path)
+        d = Decisions(path, synchronous)
+        assert d.inline == (synchronous != "FULL")
         await d.commit(("e1", 1), ["b0", "b1"])
         await d.commit(("e1", 2), ["b0"])
         assert await d.outcome(("e1", 3)) is False       # never decided: aborted now...
@@ -158,7 +163,7 @@ def test_decisions_survive_a_restart_and_unknown_units_are_presumed_aborted(
         await d.close()
 
     async def second() -> None:
-        d = Decisions(path)
+        d = Decisions(path, synchronous)
         assert set(d.logged) == {("e1", 1), ("e1", 4)}
         assert await d.outcome(("e1", 1)) is True
         assert await d.outcome(("e1", 2)) is False
@@ -170,6 +175,48 @@ def test_decisions_survive_a_restart_and_unknown_units_are_presumed_aborted(
 
     asyncio.run(first())
     asyncio.run(second())
+
+
+def test_decisions_written_on_the_loop_reach_the_main_file_by_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With NORMAL the log does not checkpoint on its own (that would sync on the event
+    loop): its thread copies the WAL into the file every CHECKPOINT_EVERY decisions."""
+    monkeypatch.setattr(decisions, "CHECKPOINT_EVERY", 3)
+    path = tmp_path / "decisions.db"
+
+    async def run() -> None:
+        d = Decisions(path, "NORMAL")
+        for seq in range(1, 8):
+            await d.commit(("e", seq), ["b0"])
+            await asyncio.sleep(0.02)            # the checkpoint runs in the thread
+        # The main file alone, as a reader that ignores the WAL sees it.
+        main = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+        in_file = main.execute("SELECT count(*) FROM decisions").fetchone()[0]
+        main.close()
+        assert in_file >= 6, in_file
+        await d.close()
+
+    asyncio.run(run())
+
+
+def test_a_unit_framed_as_bytes_parses_as_the_message_built_field_by_field() -> None:
+    """The bus frames a unit the same for every backend once as bytes and adds its seq
+    and directory entries: the backend must read exactly the unit PP meant."""
+    tu = pb.TrafficUnit(transaction=True, predicate_count=3, split_search=True,
+                        requests=[pb.Request(op=pb.RETRIEVE)] * 2)
+    tu.directory.SetInParent()
+    update = pb.DirectoryUpdate(descriptors=[pb.Descriptor(
+        id=7, file="PAPER", attr="CITY", kind="C", value=to_pb("x" * 300))])
+    for seq in (0, 1, 127, 128, 300, 2**40):
+        for entries in (pb.DirectoryUpdate(), update):
+            framed = bus.traffic_unit_message(tu.SerializeToString(), seq,
+                                              entries.SerializeToString())
+            batch = pb.BusBatch.FromString(bus._framed(bus._BATCH_MESSAGE, framed))
+            want = pb.TrafficUnit()
+            want.CopyFrom(tu)
+            want.seq = seq
+            want.directory.MergeFrom(entries)
+            assert list(batch.messages) == [pb.BusMessage(traffic_unit=want)]
 
 
 def test_protocol_messages_carry_the_unit(tmp_path: Path) -> None:
