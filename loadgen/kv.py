@@ -20,6 +20,7 @@ load, untimed, as the seed's Step 1 is not reported.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from loadgen.common import (
     define,
     fail,
     int_list,
-    local_cluster,
+    local_cluster_procs,
     machine_facts,
     out_dir,
     print_table,
@@ -47,8 +48,10 @@ from loadgen.common import (
     write_json,
     write_summary,
 )
+from loadgen.cpu import run_ms
 from loadgen.hist import Hist
 from mbds.client import Client, ClientError
+from mbds.cluster import LocalCluster
 
 FILE = "KV"
 BATCH = 10                        # sequential keys per batch (the seed's spatial locality)
@@ -120,7 +123,9 @@ def run_mode(name: str, threads: list[int], batches: int, runs: int, range_size:
     keys = batches * BATCH
     raw: list[Row] = []
     summary: list[Row] = []
-    with local_cluster(synchronous=sync, in_memory=memory, **cluster_kw) as address:
+    with local_cluster_procs(synchronous=sync, in_memory=memory, **cluster_kw) as cluster:
+        address = cluster.address
+        meter = PhaseCpu(cluster)
         with Client(address, timeout=600) as c:
             define(c, definition(keys, range_size))
             r = rng(seed, "populate")
@@ -136,12 +141,15 @@ def run_mode(name: str, threads: list[int], batches: int, runs: int, range_size:
                 grpc.channel_ready_future(cl.channel).result(timeout=30)
             rates: dict[str, list[float]] = {op: [] for op in OPS}
             hists = {op: Hist() for op in OPS}
+            spent: dict[str, dict[str, float]] = {op: {} for op in OPS}
             try:
                 for run in range(1, runs + 1):
                     for op in PHASES:
                         tag = (name, t, run)
                         order = batch_order(op, batches, seed, *tag)
+                        before = meter.read()
                         secs = phase(clients, op, order, seed, hists[op], tag)
+                        meter.add(spent[op], before)
                         rates[op].append(keys / secs)
                         raw.append({"durability": name, "threads": t, "run": run, "op": op,
                                     "ops": keys, "seconds": secs, "ops_per_s": keys / secs})
@@ -154,8 +162,37 @@ def run_mode(name: str, threads: list[int], batches: int, runs: int, range_size:
                     "durability": name, "threads": t, "workers": workers, "op": op,
                     "ops": keys, "runs": runs, "ops_per_s": statistics.mean(rates[op]),
                     "sd": statistics.stdev(rates[op]) if runs > 1 else 0.0,
-                    "avg_ms": hists[op].mean(), "p95_ms": hists[op].pct(95)})
+                    "avg_ms": hists[op].mean(), "p95_ms": hists[op].pct(95),
+                    **meter.per_op(spent[op], keys * runs)})
     return summary, raw
+
+
+class PhaseCpu:
+    """CPU a phase cost the harness, the controller and the backends (the scheduler's
+    count, `loadgen/cpu.run_ms`): per operation, and the rate at which all of it would
+    fill the machine's cores — what no number of client threads can pass here."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        assert cluster.controller is not None
+        self.pids = {"controller": [cluster.controller.popen.pid],
+                     "backends": [b.popen.pid for b in cluster.backends]}
+        self.cores = len(os.sched_getaffinity(0))
+
+    def read(self) -> dict[str, float]:
+        out = {"harness": time.process_time() * 1000}
+        for k, pids in self.pids.items():
+            out[k] = sum(run_ms(p) or 0.0 for p in pids)
+        return out
+
+    def add(self, into: dict[str, float], before: dict[str, float]) -> None:
+        for k, v in self.read().items():
+            into[k] = into.get(k, 0.0) + v - before[k]
+
+    def per_op(self, spent: dict[str, float], ops: int) -> Row:
+        row = {f"{k}_cpu_ms": v / ops for k, v in spent.items()}
+        total = sum(spent.values()) / ops
+        return {**row, "cpu_ms": total, "cores_bound_ops_s": self.cores * 1000 / total
+                if total > 0 else 0.0}
 
 
 def pivot(summary: list[Row]) -> list[Row]:
@@ -229,4 +266,8 @@ def kv(batches: int, runs: int, durability: str, threads_list: str, range_size: 
         "wrote and committed by the controller's logged decision (docs/commit.md).",
         "workers = threads actually used: a thread needs a set of keys to work on."])
     print_table(title, cols, table)
+    cpu_cols = ["durability", "threads", "op", "harness_cpu_ms", "controller_cpu_ms",
+                "backends_cpu_ms", "cpu_ms", "cores_bound_ops_s", "ops_per_s"]
+    print_table("CPU ms per operation (all runs) and the ops/s at which it fills the "
+                "cores", cpu_cols, [{c: s[c] for c in cpu_cols} for s in summary])
     click.echo(f"results in {folder}")

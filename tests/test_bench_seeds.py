@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -161,6 +162,14 @@ def test_kv_durability_and_threads(tmp_path: Path) -> None:
     for r in summary:
         assert r["ops"] == 2 * 10 and r["runs"] == 2
         assert r["ops_per_s"] > 0 and r["sd"] >= 0
+        # Every process worked for every operation; the parts add up to the whole, and
+        # the cores' bound is what that whole allows on this machine.
+        for part in ("harness", "controller", "backends"):
+            assert 0.01 < r[f"{part}_cpu_ms"] < 1000, r
+        assert r["cpu_ms"] == pytest.approx(
+            r["harness_cpu_ms"] + r["controller_cpu_ms"] + r["backends_cpu_ms"])
+        assert r["cores_bound_ops_s"] == pytest.approx(
+            len(os.sched_getaffinity(0)) * 1000 / r["cpu_ms"])
     assert len(rows(out / "runs.csv")) == 4 * 2 * 2 * 4
     assert len(rows(out / "table.csv")) == 4 * 2
     assert data["durability"]["memory"]["in_memory"] is True
