@@ -53,11 +53,20 @@ def _fits(a: Attribute, value: Value, what: str) -> None:
         raise BadMessage(f"{what}: {a.name} is {a.type}, got {type(value).__name__}")
 
 
+# The attribute as a predicate compares it (any number for a number attribute), per
+# name and type: made once, as every predicate of every unit is checked.
+_AS_COMPARED: dict[tuple[str, str], Attribute] = {}
+
+
 def _comparable(a: Attribute, value: Value, what: str) -> None:
     """A predicate's value: a number for a number attribute, a string for a string one."""
     if isinstance(value, str) != (a.type == "string"):
         raise BadMessage(f"{what}: {a.name} is {a.type}, got {type(value).__name__}")
-    _fits(Attribute(a.name, "float" if a.type != "string" else "string"), value, what)
+    key = (a.name, "float" if a.type != "string" else "string")
+    compared = _AS_COMPARED.get(key)
+    if compared is None:
+        compared = _AS_COMPARED[key] = Attribute(*key)
+    _fits(compared, value, what)
 
 
 def _retrieval(directory: Directory, r: pb.Retrieval, files: set[str]) -> None:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from mbds import tls
+from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.values import Value, to_pb
@@ -29,17 +30,14 @@ class _PeerLink:
         self.address = address
         self.channel = tls.channel(address, "backend")
         self.stub = rpc.PeerStub(self.channel)
-        self.queue: asyncio.Queue[pb.DescriptorIds] = asyncio.Queue()
+        self.queue: Mailbox[pb.DescriptorIds] = Mailbox()
         self.task = asyncio.create_task(self._run())
 
     @staticmethod
     async def _messages(
-            queue: asyncio.Queue[pb.DescriptorIds]) -> AsyncIterator[pb.DescriptorIdsBatch]:
-        while True:
-            ids = [await queue.get()]
-            while not queue.empty():       # every unit searched meanwhile goes along
-                ids.append(queue.get_nowait())
-            yield pb.DescriptorIdsBatch(ids=ids)
+            queue: Mailbox[pb.DescriptorIds]) -> AsyncIterator[pb.DescriptorIdsBatch]:
+        while True:       # every unit searched meanwhile goes along
+            yield pb.DescriptorIdsBatch(ids=await queue.take())
 
     async def _run(self) -> None:
         while True:
@@ -53,7 +51,7 @@ class _PeerLink:
                 log.info("peer stream to %s ended (the peer is stopping)", self.address)
             # A fresh queue per stream: the generator of an ended stream may still be
             # waiting on its queue inside gRPC and would swallow the next message.
-            self.queue = asyncio.Queue()
+            self.queue = Mailbox()
             await asyncio.sleep(0.2)
 
     async def close(self) -> None:
@@ -78,7 +76,7 @@ class PeerLinks:
 
     def broadcast(self, msg: pb.DescriptorIds) -> None:
         for a in self.targets:
-            self.links[a].queue.put_nowait(msg)
+            self.links[a].queue.put(msg)
 
     async def close(self) -> None:
         for link in self.links.values():

@@ -35,6 +35,7 @@ from backend.store import Store
 from backend.writer import Writer
 from mbds import faults, metrics
 from mbds.directory import Directory
+from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.backend")
@@ -68,7 +69,7 @@ class BackendNode:
         # per cluster for the controller's Directory call (placement state).
         self.counting = ThreadPoolExecutor(1, thread_name_prefix="cluster-counts")
         self.tus: dict[tuple[str, int], TuState] = {}
-        self.stage2: asyncio.Queue[tuple[tuple[str, int], TuState]] = asyncio.Queue()
+        self.stage2: Mailbox[tuple[tuple[str, int], TuState]] = Mailbox()
         self.peers = peers
         self.iig = iig
         # Writing traffic units enter the writer thread in bus order, so no two backends
@@ -181,7 +182,7 @@ class BackendNode:
                     results=dm.to_pb_results(st.found)))
         with self._h("cc.attribute_release"):
             self.cc.release(handle)
-        self.stage2.put_nowait((key, st))
+        self.stage2.put((key, st))
 
     def _split(self, tu: pb.TrafficUnit) -> bool:
         """Is this unit's descriptor search split over the backends (ids exchanged)?"""

@@ -40,7 +40,7 @@ class BackendServicer(rpc.BackendServicer):
                 st.bus in self.buses for st in self.node.tus.values()):
             await asyncio.sleep(0.02)
         for bus in self.buses:
-            bus.queue.put_nowait(None)
+            bus.queue.put(None)
 
     async def Hello(self, request: pb.HelloRequest,
                     context: grpc.aio.ServicerContext) -> pb.HelloReply:
@@ -91,14 +91,18 @@ class BackendServicer(rpc.BackendServicer):
         sent = metrics.BUS_MESSAGES.labels("to_controller", self.node.name)
         items = metrics.BUS_ITEMS.labels("to_controller", self.node.name)
         try:
-            while (msg := await bus.queue.get()) is not None:
-                replies = [msg]
-                while not bus.queue.empty() and (msg := bus.queue.get_nowait()) is not None:
+            while True:
+                queued = await bus.queue.take()      # replies queued meanwhile go along
+                replies: list[pb.BackendReply] = []
+                for msg in queued:
+                    if msg is None:
+                        break
                     replies.append(msg)
-                sent.inc()
-                items.inc(len(replies))
-                yield pb.BackendReplies(replies=replies)
-                if msg is None:
+                if replies:
+                    sent.inc()
+                    items.inc(len(replies))
+                    yield pb.BackendReplies(replies=replies)
+                if len(replies) < len(queued):       # the bus ended
                     break
         finally:
             self.buses.discard(bus)
@@ -121,7 +125,7 @@ class BackendServicer(rpc.BackendServicer):
         except Exception as e:  # a broken bus ends the call
             log.info("bus from the controller ended: %s", e)
         finally:
-            bus.queue.put_nowait(None)
+            bus.queue.put(None)
 
 
     async def _handle(self, msg: pb.BusMessage, bus: BusOut) -> None:

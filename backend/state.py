@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from backend.plan import DescriptorResults
 from mbds import metrics
+from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
 # Times one message handler, named "process.name" (e.g. "cc.cluster_lock").
@@ -38,11 +39,11 @@ class BusOut:
     """The backend's side of one bus: replies queued for the stream back to PP."""
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[pb.BackendReply | None] = asyncio.Queue()
+        self.queue: Mailbox[pb.BackendReply | None] = Mailbox()   # None ends the stream
         self.window = 8
 
     def send(self, msg: pb.BackendReply) -> None:
-        self.queue.put_nowait(msg)
+        self.queue.put(msg)
 
 
 @dataclass

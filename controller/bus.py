@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -24,6 +23,7 @@ from controller.decisions import Decisions
 from controller.inbox import WINDOW, BackendFailure, Inbox
 from mbds import metrics, tls
 from mbds.errors import BackendUnavailable
+from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import MAX_MESSAGE
@@ -70,32 +70,6 @@ def traffic_unit_message(body: bytes, seq: int, directory: bytes = b"") -> bytes
     return _framed(_TRAFFIC_UNIT, unit)
 
 
-class Outbox:
-    """What is queued down one bus, in order, until its writer takes it; None closes it.
-    Lighter than an asyncio.Queue: its one reader takes everything queued at once."""
-
-    def __init__(self) -> None:
-        self.items: deque[pb.BusMessage | bytes | None] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, item: pb.BusMessage | bytes | None) -> None:
-        self.items.append(item)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def take(self) -> deque[pb.BusMessage | bytes | None]:
-        """Everything queued; waits for at least one item."""
-        while not self.items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        items, self.items = self.items, deque()
-        return items
-
-
 class BackendLink:
     """One backend: its channel, and the bus stream while it is open."""
 
@@ -105,11 +79,11 @@ class BackendLink:
         self.index = 0               # its place on the bus
         self.channel = tls.channel(address, "backend", CHANNEL_OPTIONS)
         self.stub = rpc.BackendStub(self.channel)
-        # The bus takes each batch serialized already (`Outbox`, `traffic_unit_message`).
+        # The bus takes each batch serialized already (`traffic_unit_message`).
         self._bus_call = self.channel.stream_stream(
             "/mbds.Backend/Bus", request_serializer=None,
             response_deserializer=pb.BackendReplies.FromString, _registered_method=True)
-        self.queue: Outbox | None = None
+        self.queue: Mailbox[pb.BusMessage | bytes | None] | None = None
         self.bus_task: asyncio.Task[None] | None = None
         # seq -> the inbox of the traffic unit waiting for its results.
         self.pending: dict[int, Inbox] = {}
@@ -151,13 +125,14 @@ class BackendLink:
     def open_bus(self, hello: pb.BusHello) -> None:
         """Start a fresh bus; the first message tells the backend its place in the set."""
         self.close_bus()
-        self.queue = Outbox()
+        self.queue = Mailbox()
         self.queue.put(pb.BusMessage(hello=hello))
         self.error = ""
         self.pending = {}           # each bus has its own: a dying one fails only its units
         self.bus_task = asyncio.create_task(self._run_bus(self.queue, self.pending))
 
-    async def _run_bus(self, queue: Outbox, pending: dict[int, Inbox]) -> None:
+    async def _run_bus(self, queue: Mailbox[pb.BusMessage | bytes | None],
+                       pending: dict[int, Inbox]) -> None:
         sent = metrics.BUS_MESSAGES.labels("to_backend", self.name)
         items = metrics.BUS_ITEMS.labels("to_backend", self.name)
 

@@ -1,0 +1,44 @@
+"""A one-reader queue for the event loop: what a stream's writer or a stage's loop has
+still to take, taken all at once. Lighter than `asyncio.Queue` (no getters' queue, no
+size bound, one future per wait), which a traffic unit passes through several times."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Mailbox(Generic[T]):
+    """Items in the order they were put; one task at a time takes them."""
+
+    def __init__(self) -> None:
+        self.items: deque[T] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: T) -> None:
+        self.items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _arrival(self) -> None:
+        while not self.items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    async def take(self) -> deque[T]:
+        """Everything put so far; waits for at least one item."""
+        await self._arrival()
+        items, self.items = self.items, deque()
+        return items
+
+    async def get(self) -> T:
+        """The oldest item; waits for one."""
+        await self._arrival()
+        return self.items.popleft()

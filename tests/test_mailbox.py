@@ -1,0 +1,33 @@
+"""The one-reader queue the buses, the peer streams and DM's stage 2 use."""
+
+from __future__ import annotations
+
+import asyncio
+
+from mbds.mailbox import Mailbox
+
+
+def test_a_reader_takes_everything_put_in_order_and_waits_when_empty() -> None:
+    async def run() -> None:
+        box: Mailbox[int | None] = Mailbox()
+        box.put(1)
+        box.put(2)
+        assert list(await box.take()) == [1, 2]
+        reader = asyncio.ensure_future(box.take())
+        await asyncio.sleep(0)
+        assert not reader.done()                 # nothing there: it waits
+        box.put(3)
+        box.put(None)
+        assert list(await reader) == [3, None]   # woken once, takes both
+        box.put(4)
+        box.put(5)
+        assert await box.get() == 4              # one at a time, oldest first
+        assert await box.get() == 5
+        getter = asyncio.ensure_future(box.get())
+        await asyncio.sleep(0)
+        getter.cancel()                           # a cancelled wait loses nothing
+        await asyncio.sleep(0)
+        box.put(6)
+        assert await box.get() == 6
+
+    asyncio.run(run())
