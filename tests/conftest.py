@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+
+# Set before gRPC starts in this process: its fork handlers crash a child forked while
+# channels are active before the child can exec (grpc/grpc#43055; `pexpect` forks the
+# shell's terminal with `forkpty`, which runs them). The services never fork.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 import pytest
