@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from controller.decisions import Decisions
 from mbds import faults
 from mbds.errors import TrafficUnitAborted
+from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
 if TYPE_CHECKING:
@@ -26,11 +27,6 @@ GRANT = WINDOW // 2  # credit is returned in steps of this many
 
 # What a bus delivers to an inbox: a reply, or None when that bus broke.
 Delivery: TypeAlias = tuple["BackendLink", "pb.BackendReply | None"]
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
 
 
 class BackendFailure(Exception):
@@ -57,10 +53,7 @@ class Inbox:
         self.decisions = decisions
         self.deciding: asyncio.Task[None] | None = None
         self.ended: set[BackendLink] = set()    # backends done with the unit (or gone)
-        # What the buses delivered and nobody has taken yet, and the task waiting for
-        # it: lighter than an asyncio.Queue with a timeout, made and used once per unit.
-        self.queue: deque[Delivery] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        self.queue: Mailbox[Delivery] = Mailbox()   # delivered by the buses, not yet taken
         self.ahead: dict[BackendLink, deque[pb.BackendReply]] = {x: deque() for x in links}
         self.consumed: dict[BackendLink, int] = dict.fromkeys(links, 0)
         for link in links:
@@ -68,23 +61,7 @@ class Inbox:
 
     def deliver(self, link: BackendLink, msg: pb.BackendReply | None) -> None:
         """A reply of this unit from `link`'s bus (None: that bus broke)."""
-        self.queue.append((link, msg))
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def _get(self, until: float) -> Delivery:
-        """The next delivery; TimeoutError once the loop's clock reaches `until`."""
-        while not self.queue:
-            loop = asyncio.get_running_loop()
-            waiter = self._waiter = loop.create_future()
-            timer = loop.call_at(until, _expire, waiter)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                self._waiter = None
-        return self.queue.popleft()
+        self.queue.put((link, msg))
 
     def unregister(self) -> None:
         """Stop routing this unit's replies here (later ones are dropped)."""
@@ -108,7 +85,7 @@ class Inbox:
 
     def ready(self, waiting: set[BackendLink], stage: int) -> bool:
         """Would `take` answer without waiting?"""
-        return bool(self.queue) or any(
+        return bool(self.queue.items) or any(
             self.ahead[x] and self._stage(self.ahead[x][0]) == stage for x in waiting)
 
     async def take(self, waiting: set[BackendLink], stage: int
@@ -120,8 +97,7 @@ class Inbox:
                 return link, ahead.popleft()
         while True:
             try:
-                link, got = self.queue.popleft() if self.queue else \
-                    await self._get(self.deadline)
+                link, got = await self.queue.get(self.deadline)
             except TimeoutError:
                 late = min(waiting, key=lambda x: x.index)
                 raise BackendFailure(late, late.unavailable(
@@ -211,7 +187,7 @@ class Inbox:
         until = max(self.deadline, loop.time()) + grace
         while any(x.up and x not in self.ended for x in self.links):
             try:
-                link, msg = await self._get(until)
+                link, msg = await self.queue.get(until)
             except TimeoutError:
                 return
             if msg is None or msg.WhichOneof("body") in ("error", "committed"):

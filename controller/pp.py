@@ -87,8 +87,6 @@ def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
     return done
 
 
-
-
 async def gather(inbox: Inbox, prepared: list[Prepared],
                  insert_clusters: list[int]) -> AsyncIterator[pb.ExecuteReplies]:
     """Collect one traffic unit's results from every backend and answer the user.

@@ -9,7 +9,7 @@ certificates of the cluster's kind (as the internal links are) or plaintext (as 
 client port on loopback). CPU per round trip is each process's scheduler count, as in
 `mbds bench fixed-cost`, so it holds on a busy machine.
 
-    python3 -m loadgen.grpc_floor serve PORT [TLS_DIR]   # the echo server (a child)
+    python3 -m loadgen.grpc_floor serve [TLS_DIR]   # the echo server (a child): prints its port
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _same(b: bytes) -> bytes:
     return b
 
 
-async def _serve(port: int, tls_dir: Path | None) -> None:
+async def _serve(tls_dir: Path | None) -> None:
     async def echo(messages: Any, _context: grpc.aio.ServicerContext) -> Any:
         async for m in messages:
             yield m
@@ -46,30 +46,25 @@ async def _serve(port: int, tls_dir: Path | None) -> None:
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Echo", {
         "Stream": grpc.stream_stream_rpc_method_handler(echo, _same, _same)}),))
-    address = f"127.0.0.1:{port}"
-    if tls_dir is None:
-        server.add_insecure_port(address)
-    else:
-        server.add_secure_port(address, tls.Identity.load(tls_dir, "backend").internal_server())
+    address = "127.0.0.1:0"        # a port of its own, read back by the parent
+    port = (server.add_insecure_port(address) if tls_dir is None else server.add_secure_port(
+        address, tls.Identity.load(tls_dir, "backend").internal_server()))
     await server.start()
-    print("ready", flush=True)
+    print(f"ready {port}", flush=True)
     await server.wait_for_termination()
 
 
 @contextlib.contextmanager
 def _server(tls_dir: Path | None) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    args = [sys.executable, "-m", "loadgen.grpc_floor", "serve", str(port)]
+    args = [sys.executable, "-m", "loadgen.grpc_floor", "serve"]
     proc = subprocess.Popen(args + ([str(tls_dir)] if tls_dir else []),
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        if proc.stdout.readline().strip() != "ready":
+        word, _, port = proc.stdout.readline().partition(" ")
+        if word != "ready" or not port.strip().isdigit():
             raise RuntimeError("the echo server did not start")
-        yield proc, port
+        yield proc, int(port)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -119,7 +114,7 @@ def measure(n: int = 2000, warmup: int = 200) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "serve":
-        asyncio.run(_serve(int(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None))
+    if len(sys.argv) in (2, 3) and sys.argv[1] == "serve":
+        asyncio.run(_serve(Path(sys.argv[2]) if len(sys.argv) > 2 else None))
     else:
-        sys.exit("usage: python3 -m loadgen.grpc_floor serve PORT [TLS_DIR]")
+        sys.exit("usage: python3 -m loadgen.grpc_floor serve [TLS_DIR]")

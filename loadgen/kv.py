@@ -177,6 +177,8 @@ class PhaseCpu:
         self.pids = {"controller": [cluster.controller.popen.pid],
                      "backends": [b.popen.pid for b in cluster.backends]}
         self.cores = len(os.sched_getaffinity(0))
+        # A kernel without per-thread schedstat: no CPU figures rather than zeros.
+        self.known = all(run_ms(p) is not None for ps in self.pids.values() for p in ps)
 
     def read(self) -> dict[str, float]:
         out = {"harness": time.process_time() * 1000}
@@ -189,6 +191,8 @@ class PhaseCpu:
             into[k] = into.get(k, 0.0) + v - before[k]
 
     def per_op(self, spent: dict[str, float], ops: int) -> Row:
+        if not self.known:
+            return {}
         row = {f"{k}_cpu_ms": v / ops for k, v in spent.items()}
         total = sum(spent.values()) / ops
         return {**row, "cpu_ms": total, "cores_bound_ops_s": self.cores * 1000 / total
@@ -268,6 +272,7 @@ def kv(batches: int, runs: int, durability: str, threads_list: str, range_size: 
     print_table(title, cols, table)
     cpu_cols = ["durability", "threads", "op", "harness_cpu_ms", "controller_cpu_ms",
                 "backends_cpu_ms", "cpu_ms", "cores_bound_ops_s", "ops_per_s"]
-    print_table("CPU ms per operation (all runs) and the ops/s at which it fills the "
-                "cores", cpu_cols, [{c: s[c] for c in cpu_cols} for s in summary])
+    if all("cpu_ms" in s for s in summary):
+        print_table("CPU ms per operation (all runs) and the ops/s at which it fills the "
+                    "cores", cpu_cols, [{c: s[c] for c in cpu_cols} for s in summary])
     click.echo(f"results in {folder}")

@@ -11,6 +11,11 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 class Mailbox(Generic[T]):
     """Items in the order they were put; one task at a time takes them."""
 
@@ -24,12 +29,16 @@ class Mailbox(Generic[T]):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _arrival(self) -> None:
+    async def _arrival(self, until: float | None = None) -> None:
+        loop = asyncio.get_running_loop()
         while not self.items:
-            self._waiter = asyncio.get_running_loop().create_future()
+            waiter = self._waiter = loop.create_future()
+            timer = None if until is None else loop.call_at(until, _expire, waiter)
             try:
-                await self._waiter
+                await waiter
             finally:
+                if timer is not None:
+                    timer.cancel()
                 self._waiter = None
 
     async def take(self) -> deque[T]:
@@ -38,7 +47,9 @@ class Mailbox(Generic[T]):
         items, self.items = self.items, deque()
         return items
 
-    async def get(self) -> T:
-        """The oldest item; waits for one."""
-        await self._arrival()
+    async def get(self, until: float | None = None) -> T:
+        """The oldest item; waits for one, or raises TimeoutError once the loop's clock
+        reaches `until`."""
+        if not self.items:
+            await self._arrival(until)
         return self.items.popleft()

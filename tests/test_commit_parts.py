@@ -186,9 +186,13 @@ def test_decisions_written_on_the_loop_reach_the_main_file_by_checkpoints(
 
     async def run() -> None:
         d = Decisions(path, "NORMAL")
+        checkpoints = 0
         for seq in range(1, 8):
             await d.commit(("e", seq), ["b0"])
-            await asyncio.sleep(0.02)            # the checkpoint runs in the thread
+            if d._checkpointing is not None:     # started by this decision, in the thread
+                checkpoints += 1
+                await d._checkpointing
+        assert checkpoints == 2                   # after the 3rd and the 6th
         # The main file alone, as a reader that ignores the WAL sees it.
         main = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
         in_file = main.execute("SELECT count(*) FROM decisions").fetchone()[0]

@@ -29,5 +29,13 @@ def test_a_reader_takes_everything_put_in_order_and_waits_when_empty() -> None:
         await asyncio.sleep(0)
         box.put(6)
         assert await box.get() == 6
+        loop = asyncio.get_running_loop()
+        try:                                      # a deadline that passes with nothing
+            await box.get(until=loop.time() + 0.01)
+            raise AssertionError("no TimeoutError")
+        except TimeoutError:
+            pass
+        box.put(7)                                # the mailbox still works afterwards
+        assert await box.get(until=loop.time() + 0.01) == 7
 
     asyncio.run(run())
