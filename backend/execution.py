@@ -19,7 +19,7 @@ from backend import check, dm, load, recp
 from backend.links import IigClient
 from backend.plan import WRITES, RequestPlan
 from backend.state import Cancelled, Timer, TuState
-from backend.store import Store, transaction
+from backend.store import Store
 from backend.undo import UndoLog
 from mbds import faults, metrics
 from mbds.directory import Directory
@@ -112,33 +112,38 @@ class Execution:
         self._recp_request(queued)
         if st.stored is not None:
             await st.stored     # a new file's table (or index) exists before it is read
-        if not plans:       # a definition: nothing to read, and no transaction to open
+        if not plans:       # a definition: nothing to read
             return
+        # No BEGIN ... COMMIT around the statements: CC's S locks keep every cluster the
+        # unit reads as it is until the unit is done, so each statement's own snapshot
+        # shows the rows one transaction would.
         conn = self.store.checkout_reader()
+        batches = None
         try:
-            with transaction(conn, "DEFERRED"):
-                for i, rp in enumerate(plans):
-                    t0, n = time.perf_counter(), 0
-                    with self._h("recp.process"):
-                        batches = recp.read(conn, i, rp)
+            for i, rp in enumerate(plans):
+                t0, n = time.perf_counter(), 0
+                with self._h("recp.process"):
+                    batches = recp.read(conn, i, rp)
+                    msg = next(batches, None)
+                    while msg is not None:
+                        n += _records(msg)
+                        more = _full(msg)
+                        await self._put(st, msg)
+                        if more:
+                            # Probably more to come: two turns of the loop, one to
+                            # wake the bus and one for it to start writing this batch
+                            # to gRPC, so it is written while the next is read.
+                            await asyncio.sleep(0)
+                            await asyncio.sleep(0)
+                        # A short batch was probably the last one: no pause, so `done`
+                        # and `committed` join it in one bus message (a small answer).
                         msg = next(batches, None)
-                        while msg is not None:
-                            n += _records(msg)
-                            more = _full(msg)
-                            await self._put(st, msg)
-                            if more:
-                                # Probably more to come: two turns of the loop, one to
-                                # wake the bus and one for it to start writing this batch
-                                # to gRPC, so it is written while the next is read.
-                                await asyncio.sleep(0)
-                                await asyncio.sleep(0)
-                            # A short batch was probably the last one: no pause, so `done`
-                            # and `committed` join it in one bus message (a small answer).
-                            msg = next(batches, None)
-                            if msg is not None and not more:
-                                await asyncio.sleep(0)      # serve other units in between
-                    await self._put(st, self._done(i, rp, n, t0))
+                        if msg is not None and not more:
+                            await asyncio.sleep(0)      # serve other units in between
+                await self._put(st, self._done(i, rp, n, t0))
         finally:
+            if batches is not None:
+                batches.close()     # a statement cut short ends before the next user
             self.store.checkin_reader(conn)
 
     def run_writes(self, st: TuState, plans: list[RequestPlan], queued: float,

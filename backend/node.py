@@ -30,6 +30,7 @@ from backend.definitions import Definitions, defines
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
 from backend.plan import WRITES, RequestPlan
+from backend.plancache import PlanCache
 from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
 from backend.store import Store
 from backend.writer import Writer
@@ -68,6 +69,7 @@ class BackendNode:
         # Reads of traffic units run on the event loop; this thread only counts records
         # per cluster for the controller's Directory call (placement state).
         self.counting = ThreadPoolExecutor(1, thread_name_prefix="cluster-counts")
+        self.plans = PlanCache(self.directory, name)
         self.tus: dict[tuple[str, int], TuState] = {}
         self.stage2: Mailbox[tuple[tuple[str, int], TuState]] = Mailbox()
         self.peers = peers
@@ -155,7 +157,7 @@ class BackendNode:
                 own = None
                 if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
                     own = await self._apply_with_locks(tu.directory)
-                check.traffic_unit(self.directory, tu)
+                st.shape = self.plans.checked(tu)
             except check.BadMessage as e:
                 if key in self.definitions:
                     await self.definitions.undo(self.definitions.pending.pop(key), stored=True)
@@ -169,13 +171,14 @@ class BackendNode:
                 st.stored = asyncio.wrap_future(self.storing)
                 if self.storing is not own:
                     st.stored = asyncio.ensure_future(_ended(st.stored))
-            attrs = dm.type_c_attributes(self.directory, tu)
+            shape = st.shape
         with self._h("cc.attribute_lock"):
-            handle = await self._acquire("attribute", key, {("attr", *a): S for a in attrs})
+            handle = await self._acquire("attribute", key,
+                                         {("attr", *a): S for a in shape.attrs})
         with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
             split = self._split(tu)
-            st.found = dm.descriptor_search(self.directory, tu, self.config.index if split
-                                            else 0, len(self.config.peers) if split else 1)
+            st.found = self.plans.search(shape, tu, self.config.index if split else 0,
+                                         len(self.config.peers) if split else 1)
             if split and self.config.index in self._id_senders(tu):
                 self.peers.broadcast(pb.DescriptorIds(
                     epoch=key[0], seq=tu.seq, from_index=self.config.index,
@@ -270,20 +273,21 @@ class BackendNode:
         assert tu is not None
         if self._split(tu):
             await self._wait_for_ids(st, set(self._id_senders(tu)) - {self.config.index})
-        found = dict(st.found)
-        for msgs in st.peer_ids.values():
-            found.update(dm.from_pb_results(msgs))
-        st.found = found
-        groups: dict[Hashable, str] = {("didgroup", f, p.attr): S
-                                       for _, c, p in dm.predicates(tu) for f in c.files}
+        if st.peer_ids:
+            found = dict(st.found)
+            for msgs in st.peer_ids.values():
+                found.update(dm.from_pb_results(msgs))
+            st.found = found
+        shape = st.shape
+        assert shape is not None
         with self._h("cc.did_group_lock"):
-            handle = await self._acquire("did_group", key, groups)
+            handle = await self._acquire("did_group", key, shape.groups)
         with self._h("dm.did_groups_locked"):     # cluster search and address generation
-            plans = dm.plan_requests(self.directory, tu, found)
+            plans, locks = self.plans.plan(shape, tu, st.found)
         with self._h("cc.did_group_release"):
             self.cc.release(handle)
         with self._h("cc.cluster_lock"):
-            lock = self.cc.request(key, dm.lock_set(plans))   # queued in bus order
+            lock = self.cc.request(key, locks)    # queued in bus order
         if any(p.request.op in WRITES for p in plans):
             self.write_order.append(key)
         st.task = asyncio.create_task(self._execute(key, st, plans, lock))

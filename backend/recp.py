@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -129,7 +129,7 @@ class _Batcher:
 
 
 def read(conn: sqlite3.Connection, request_index: int,
-         rp: RequestPlan) -> Iterator[pb.BackendReply]:
+         rp: RequestPlan) -> Generator[pb.BackendReply, None, None]:
     """One read request's replies: its row batches, or its partial groups."""
     req = rp.request
     r = req.retrieval

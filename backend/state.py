@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from backend.plan import DescriptorResults
+from backend.plancache import Shape
 from mbds import metrics
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
@@ -66,6 +67,7 @@ class TuState:
     peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
     peers_in: asyncio.Event = field(default_factory=asyncio.Event)
     found: DescriptorResults = field(default_factory=dict)
+    shape: Shape | None = None         # its requests' checks and plans (`plancache.py`)
     cancelled: str = ""
     # The writer's job storing the latest directory update not yet stored when this
     # unit came (tables and indexes of a definition, its own or one out of band).

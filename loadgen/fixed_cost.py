@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from loadgen import grpc_floor
+from loadgen import backend_alone, grpc_floor
 from loadgen import paper_db as P
 from loadgen.common import (
     fail,
@@ -93,12 +93,16 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
 @click.option("--floor", is_flag=True, help="Also measure one bare gRPC round trip "
               "(an echo over a grpc.aio stream, plaintext and mutual TLS): the least a "
               "message each way costs a process here.")
+@click.option("--alone", is_flag=True, help="Also measure one backend's own work per unit "
+              "in this process, without gRPC: a BackendNode on the same data, handed the "
+              "traffic unit directly (the part of a backend's figure that is not messages).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per cluster size.")
 def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
                internal_timing: str, backend_cpus: float | None,
-               split_search_from: int, floor: bool, as_json: bool) -> None:
+               split_search_from: int, floor: bool, alone: bool, as_json: bool) -> None:
     """CPU ms per traffic unit of the controller and each backend, for a small request."""
     floors = grpc_floor.measure(max(units, 1000)) if floor else []
+    alones = [backend_alone.measure(REQUESTS[which], max(units, 2000), warmup)] if alone else []
     rows = []
     for n in backend_counts:
         if n < 1:
@@ -116,6 +120,8 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
             click.echo(json.dumps({"request": which, **r}))
         for f in floors:
             click.echo(json.dumps({"floor": True, **f}))
+        for a in alones:
+            click.echo(json.dumps({"request": which, **a}))
         return
     most = max(backend_counts)
     columns = ["backends", "units", "controller_cpu_ms",
@@ -126,3 +132,6 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
     if floors:
         print_table("one bare gRPC round trip (a small message each way; CPU ms per round "
                     "trip)", list(floors[0]), floors)
+    if alones:
+        print_table(f"one backend's own work on {which}, without gRPC (CPU ms per unit, "
+                    "in this process)", ["units", "backend_cpu_ms"], alones)

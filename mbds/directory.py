@@ -131,6 +131,8 @@ class Directory:
         self.cluster_ids: dict[tuple[str, tuple[int, ...]], int] = {}
         self.file_clusters: dict[str, set[int]] = {}
         self.by_did: dict[int, set[int]] = {}
+        # Counts the changes: a plan made at one generation holds while it lasts.
+        self.generation = 0
 
     # ------------------------------------------------------------ updates --
     def apply(self, update: pb.DirectoryUpdate) -> pb.DirectoryUpdate:
@@ -167,12 +169,15 @@ class Directory:
                 for did in dids:
                     self.by_did.setdefault(did, set()).add(c.id)
                 new.clusters.append(c)
+        if new.files or new.descriptors or new.clusters:
+            self.generation += 1
         return new
 
     def restore_files(self, before: dict[str, FileSchema | None]) -> None:
         """Take back an update's files (a definition not adopted everywhere): a file that
         was new (None in `before`) goes with its descriptors and clusters; a re-indexed one
         gets its old schema back."""
+        self.generation += 1
         for name, old in before.items():
             if old is not None:
                 self.files[name] = old

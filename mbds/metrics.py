@@ -45,6 +45,10 @@ COMMIT_GROUP = Histogram(
 IN_DOUBT_RESOLVED = Counter(
     "mbds_in_doubt_resolved_total", "Prepared units a backend was in doubt about, resolved "
     "by the controller", ["outcome", "backend"])     # outcome: commit | abort
+PLAN_CACHE = Counter(
+    "mbds_plan_cache_total", "Traffic units whose checks and plans a backend took from its "
+    "plan cache (hit: the same requests at the same directory generation) or worked out "
+    "(miss)", ["result", "backend"])     # result: hit | miss
 RECORDS_PROCESSED = Counter(
     "mbds_records_processed_total", "Records retrieved or changed by RECP", ["op", "backend"])
 

@@ -44,6 +44,23 @@ def test_fixed_cost_table_names_every_process() -> None:
         assert column in result.output
 
 
+def _records_processed() -> float:
+    return sum(s.value for m in metrics.RECORDS_PROCESSED.collect() for s in m.samples
+               if s.name.endswith("_total"))
+
+
+def test_alone_runs_the_units_on_a_backend_in_this_process() -> None:
+    before = _records_processed()
+    result = CliRunner().invoke(fixed_cost.fixed_cost, [
+        "--backends", "1", "--units", "20", "--warmup", "3", "--alone", "--json"],
+        catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [alone] = [r for r in map(json.loads, result.output.splitlines()[-1:]) if r.get("alone")]
+    assert alone["units"] == 2000 and 0.001 < alone["backend_cpu_ms"] < 1000
+    # Each of the 2,003 units read request 1's two records here, not in another process.
+    assert _records_processed() - before == 2 * 2003
+
+
 def test_a_metric_child_is_made_once_and_counts_where_labels_would() -> None:
     h = Histogram("t_fixed_cost_seconds", "test", ["a", "b"], registry=CollectorRegistry())
     first = metrics.child(h, "x", "y")

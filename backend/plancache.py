@@ -1,0 +1,103 @@
+"""DM's plan cache: what a repeated traffic unit's requests come to on this backend.
+
+A unit whose requests this backend has already checked and planned, at the same
+directory generation, gets the same check, type-C attributes, share of descriptor
+search, descriptor-id groups, plans and CC lock set without working them out again:
+a repeated request costs a lookup, as a prepared statement's plan does in a SQL
+database. Every directory change (a new descriptor, cluster or file, a definition
+taken back) starts a new generation, and an entry of an older one is worked out
+anew. The key is the requests' own bytes, so two units share an entry only when
+their requests are equal. Units that carry a directory update or insert are never
+kept: their check parses and validates data that differs every time.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+
+from backend import check, dm
+from backend.cc import S
+from backend.plan import DescriptorResults, RequestPlan
+from mbds import metrics
+from mbds.directory import Directory
+from mbds.proto import mbds_pb2 as pb
+
+SIZE = 512      # unit shapes kept, the least recently used going first
+
+
+class Shape:
+    """One unit shape's work at one directory generation."""
+
+    __slots__ = ("generation", "attrs", "groups", "shares", "found", "plans", "locks")
+
+    def __init__(self, generation: int, attrs: set[tuple[str, str]],
+                 groups: dict[Hashable, str]) -> None:
+        self.generation = generation
+        self.attrs = attrs
+        self.groups = groups
+        self.shares: dict[tuple[int, int], DescriptorResults] = {}
+        self.found: DescriptorResults | None = None     # what `plans` were made from
+        self.plans: list[RequestPlan] = []
+        self.locks: dict[Hashable, str] = {}
+
+
+def did_groups(tu: pb.TrafficUnit) -> dict[Hashable, str]:
+    """The descriptor-id groups cluster search reads (locked shared around it)."""
+    return {("didgroup", f, p.attr): S for _, c, p in dm.predicates(tu) for f in c.files}
+
+
+class PlanCache:
+    """Shapes by their requests' bytes, valid while the directory's generation lasts."""
+
+    def __init__(self, directory: Directory, backend: str, size: int = SIZE) -> None:
+        self.directory = directory
+        self.size = size
+        self.shapes: OrderedDict[tuple[bytes, ...], Shape] = OrderedDict()
+        self._hit = metrics.child(metrics.PLAN_CACHE, "hit", backend)
+        self._miss = metrics.child(metrics.PLAN_CACHE, "miss", backend)
+
+    def checked(self, tu: pb.TrafficUnit) -> Shape:
+        """Check the unit against the directory (`check.BadMessage` if it does not fit)
+        and return its shape: the cached one when it was checked at this generation."""
+        key = None
+        if not (tu.directory.files or tu.directory.descriptors or tu.directory.clusters
+                or any(r.op == pb.INSERT for r in tu.requests)):
+            key = tuple(r.SerializeToString() for r in tu.requests)
+            shape = self.shapes.get(key)
+            if shape is not None and shape.generation == self.directory.generation:
+                self.shapes.move_to_end(key)
+                self._hit.inc()
+                return shape
+        self._miss.inc()
+        check.traffic_unit(self.directory, tu)
+        shape = Shape(self.directory.generation, dm.type_c_attributes(self.directory, tu),
+                      did_groups(tu))
+        if key is not None:
+            self.shapes[key] = shape
+            self.shapes.move_to_end(key)
+            if len(self.shapes) > self.size:
+                self.shapes.popitem(last=False)
+        return shape
+
+    def search(self, shape: Shape, tu: pb.TrafficUnit, index: int, n: int) -> DescriptorResults:
+        """This backend's share of descriptor search (made under the type-C locks)."""
+        if shape.generation != self.directory.generation:
+            return dm.descriptor_search(self.directory, tu, index, n)
+        found = shape.shares.get((index, n))
+        if found is None:
+            found = shape.shares[(index, n)] = dm.descriptor_search(self.directory, tu,
+                                                                     index, n)
+        return found
+
+    def plan(self, shape: Shape, tu: pb.TrafficUnit, found: DescriptorResults
+             ) -> tuple[list[RequestPlan], dict[Hashable, str]]:
+        """Cluster search and address generation (made under the did-group locks), and
+        the CC lock set of the plans."""
+        if shape.generation == self.directory.generation and shape.found == found:
+            return shape.plans, shape.locks
+        plans = dm.plan_requests(self.directory, tu, found)
+        locks = dm.lock_set(plans)
+        if shape.generation == self.directory.generation:
+            shape.found, shape.plans, shape.locks = found, plans, locks
+        return plans, locks

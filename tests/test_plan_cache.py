@@ -1,0 +1,126 @@
+"""DM's plan cache (backend/plancache.py): a repeated traffic unit reuses its checks and
+plans only while the directory is the one they were made from. Every directory change
+(a new descriptor, cluster or file, a definition taken back) must be seen by the next
+unit of the same requests, on one backend and on several."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.check import BadMessage
+from backend.plancache import PlanCache
+from mbds.directory import file_schema_to_pb
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
+from tests.conftest import CENSUS_YAML, Running
+from tests.inproc import census_iig, census_key, unit
+from tests.test_metrics import scrape, series
+
+RETRIEVE = "RETRIEVE ((FILE = Census) and (CITY = Newtown)) (CITY, POP)"
+
+
+def test_a_repeated_unit_gets_its_shape_until_the_directory_changes() -> None:
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "t")
+    first = cache.checked(unit(iig.directory, RETRIEVE))
+    again = unit(iig.directory, RETRIEVE)
+    assert cache.checked(again) is first
+    found = cache.search(first, again, 0, 1)
+    assert found == {0: {iig.directory.at[("CENSUS", "FILE")].eq["CENSUS"]}, 1: set()}
+    plans, _ = cache.plan(first, again, found)
+    assert plans[0].files[0].clusters == []          # no Newtown cluster yet
+    assert cache.plan(first, again, found)[0] is plans
+    # A new cluster (with a new type-C descriptor for Newtown) starts a new generation.
+    generation = iig.directory.generation
+    iig.cluster_of("CENSUS", census_key(iig, "Newtown", 5, "CA"), pb.DirectoryUpdate())
+    assert iig.directory.generation > generation
+    assert cache.plan(first, again, found)[0] is not plans       # made anew, not kept
+    shape = cache.checked(unit(iig.directory, RETRIEVE))
+    assert shape is not first
+    found = cache.search(shape, again, 0, 1)
+    plans, locks = cache.plan(shape, again, found)
+    [cid] = plans[0].files[0].clusters
+    assert locks[("cluster", cid)] == "S"
+
+
+def test_other_shares_and_other_ids_are_planned_apart() -> None:
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "t")
+    text = "RETRIEVE ((FILE = Census) and (STATE = CA)) or ((FILE = Census) and (POP < 10)) (CITY)"
+    tu = unit(iig.directory, text)
+    shape = cache.checked(tu)
+    assert cache.search(shape, tu, 0, 2).keys() == {0, 2}
+    assert cache.search(shape, tu, 1, 2).keys() == {1, 3}
+    whole = cache.search(shape, tu, 0, 1)
+    plans, _ = cache.plan(shape, tu, whole)
+    narrower = dict(whole) | {1: set()}    # a peer that found no STATE = CA descriptor
+    other, _ = cache.plan(shape, tu, narrower)
+    assert other is not plans and len(other[0].files[0].clusters) < len(
+        plans[0].files[0].clusters)
+
+
+def test_bad_units_and_inserts_are_never_kept() -> None:
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "t")
+    bad = unit(iig.directory, "RETRIEVE ((FILE = Census) and (POP = 5)) (CITY)")
+    bad.requests[0].retrieval.query.conjunctions[0].predicates[1].value.s = "five"
+    for _ in range(2):
+        with pytest.raises(BadMessage, match="POP is integer"):
+            cache.checked(bad)
+    assert not cache.shapes
+    insert = pb.TrafficUnit(requests=[pb.Request(op=pb.INSERT, file="CENSUS")])
+    cache.checked(insert)
+    assert not cache.shapes
+
+
+def test_the_cache_keeps_the_most_recently_used_shapes() -> None:
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "t", size=2)
+    texts = [f"RETRIEVE ((FILE = Census) and (POP = {i})) (CITY)" for i in range(3)]
+    shapes = [cache.checked(unit(iig.directory, t)) for t in texts[:2]]
+    assert cache.checked(unit(iig.directory, texts[0])) is shapes[0]   # now the newest
+    cache.checked(unit(iig.directory, texts[2]))
+    assert len(cache.shapes) == 2
+    assert cache.checked(unit(iig.directory, texts[0])) is shapes[0]
+    assert cache.checked(unit(iig.directory, texts[1])) is not shapes[1]
+
+
+def test_the_generation_counts_changes_only() -> None:
+    iig = census_iig()
+    directory = iig.directory
+    g = directory.generation
+    directory.apply(directory.to_update())          # nothing new
+    assert directory.generation == g
+    [schema] = parse_definition("files:\n  EXTRA:\n    attributes: {K: integer}\n"
+                                "    directory:\n      K: {type: C}\n")
+    before = {"EXTRA": None}
+    directory.apply(pb.DirectoryUpdate(files=[file_schema_to_pb(schema)]))
+    assert directory.generation == g + 1
+    directory.restore_files(before)
+    assert directory.generation == g + 2 and "EXTRA" not in directory.files
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_repeated_requests_see_every_new_cluster_through_the_real_system(
+        cluster_factory, n: int) -> None:
+    r: Running = cluster_factory(n, metrics_port=0)
+    c = r.client
+    c.define(CENSUS_YAML)
+    ranged = "RETRIEVE ((FILE = Census) and (POP > 1000) and (STATE = NY)) (CITY)"
+    for _ in range(3):                      # planned once, then taken from the cache
+        assert c.execute(RETRIEVE)[0].records == []
+        assert c.execute(ranged)[0].records == []
+    # A new type-C value and a new cluster: the same requests must find them.
+    c.execute("INSERT (<FILE, Census>, <CITY, Newtown>, <POP, 3000>, <STATE, NY>)")
+    assert c.execute(RETRIEVE)[0].records == [{"CITY": "Newtown", "POP": 3000}]
+    assert c.execute(ranged)[0].records == [{"CITY": "Newtown"}]
+    # A record moved into another cluster by an UPDATE of a directory attribute.
+    c.execute("UPDATE ((FILE = Census) and (CITY = Newtown)) <POP = 20>")
+    assert c.execute(ranged)[0].records == []
+    assert c.execute(RETRIEVE)[0].records == [{"CITY": "Newtown", "POP": 20}]
+    status = c.status()
+    hits = series(scrape([b.metrics_url for b in status.backends]), "mbds_plan_cache_total")
+    by_result: dict[str, float] = {}
+    for labels, v in hits.items():
+        by_result[dict(labels)["result"]] = by_result.get(dict(labels)["result"], 0) + v
+    assert by_result["hit"] >= 4 * n and by_result["miss"] >= 4 * n
