@@ -159,6 +159,8 @@ def _load_batch(directory: Directory, schema: FileSchema, batch: pb.LoadColumns)
 
 def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:
     """New files, descriptors and clusters, before this backend applies them."""
+    if not (update.files or update.descriptors or update.clusters):
+        return      # most units: nothing new (and no copy of the directory's ids to make)
     new: dict[str, FileSchema] = {}
     for f in update.files:
         if not IDENT.match(f.name):

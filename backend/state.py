@@ -24,6 +24,8 @@ def handler_timer(backend: str) -> Timer:
     names: dict[str, tuple[str, str]] = {}
 
     def timer(handler: str) -> AbstractContextManager[object]:
+        if not metrics.internal_timing():
+            return metrics.NOOP
         split = names.get(handler)
         if split is None:
             process, name = handler.split(".")

@@ -53,7 +53,7 @@ RECORDS_PROCESSED = Counter(
     "mbds_records_processed_total", "Records retrieved or changed by RECP", ["op", "backend"])
 
 _enabled = True
-_NOOP = contextlib.nullcontext()
+NOOP = contextlib.nullcontext()     # every handler's timer while internal timing is off
 
 # Label children by label values. `labels()` validates and locks on every call, which a
 # small traffic unit paid a dozen times on each process; a child, once made, is kept.
@@ -98,7 +98,7 @@ class _Span:
 def handler(process: str, name: str, backend: str = "") -> contextlib.AbstractContextManager:
     """Time one message handler, e.g. `with handler("DM", "descriptor_search", "b0"):`."""
     if not _enabled:
-        return _NOOP
+        return NOOP
     return _Span(child(HANDLER_SECONDS, process, name, backend))
 
 
