@@ -112,6 +112,7 @@ def backends() -> Dashboard:
     rate = f"rate(mbds_records_processed_total{sel}[{RI}])"
     recp = selector(process="RECP", handler="process", backend="$backend")
     bus = selector(backend="$backend")
+    hit = selector(result="hit", backend="$backend")
     return Dashboard(
         "mbds-backends", "MBDS / Backends: record processing and balance",
         "Records retrieved or changed by RECP on each backend, and how evenly the work is "
@@ -159,6 +160,14 @@ def backends() -> Dashboard:
                        description="Traffic units, credits and decisions per message down; "
                                    "row batches, done and committed per message up. 1 means "
                                    "no batching; a small answer is 3 items up."),
+            timeseries("Plan cache hits by backend",
+                       Target(f"sum by (backend) (rate(mbds_plan_cache_total{hit}[{RI}])) / "
+                              f"sum by (backend) (rate(mbds_plan_cache_total{bus}[{RI}]))",
+                              legend="{{backend}}"),
+                       unit="percentunit",
+                       description="Share of traffic units whose check and plans a backend "
+                                   "took from its plan cache: the same requests at the same "
+                                   "directory generation (docs/profile.md)."),
         ],
         [Variable("op", "Operation", "mbds_records_processed_total"),
          Variable("backend", "Backend", "mbds_records_processed_total")])
