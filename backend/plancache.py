@@ -24,6 +24,18 @@ from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 
 SIZE = 512      # unit shapes kept, the least recently used going first
+# Descriptor ids of a share, or clusters of a unit's plans, that one shape keeps at most:
+# a unit over it scans so much that planning it again costs little beside the scan, and
+# the cache's memory stays bounded (SIZE × ITEMS ids) whatever the directory's size.
+ITEMS = 4096
+
+
+def _ids(found: DescriptorResults) -> int:
+    return sum(len(d) for d in found.values() if d)
+
+
+def _clusters(plans: list[RequestPlan]) -> int:
+    return sum(len(fp.clusters) for rp in plans for fp in rp.files + rp.right)
 
 
 class Shape:
@@ -50,9 +62,10 @@ def did_groups(tu: pb.TrafficUnit) -> dict[Hashable, str]:
 class PlanCache:
     """Shapes by their requests' bytes, valid while the directory's generation lasts."""
 
-    def __init__(self, directory: Directory, backend: str, size: int = SIZE) -> None:
+    def __init__(self, directory: Directory, backend: str, size: int = SIZE,
+                 items: int = ITEMS) -> None:
         self.directory = directory
-        self.size = size
+        self.size, self.items = size, items
         self.shapes: OrderedDict[tuple[bytes, ...], Shape] = OrderedDict()
         self._hit = metrics.child(metrics.PLAN_CACHE, "hit", backend)
         self._miss = metrics.child(metrics.PLAN_CACHE, "miss", backend)
@@ -86,8 +99,9 @@ class PlanCache:
             return dm.descriptor_search(self.directory, tu, index, n)
         found = shape.shares.get((index, n))
         if found is None:
-            found = shape.shares[(index, n)] = dm.descriptor_search(self.directory, tu,
-                                                                     index, n)
+            found = dm.descriptor_search(self.directory, tu, index, n)
+            if _ids(found) <= self.items:
+                shape.shares[(index, n)] = found
         return found
 
     def plan(self, shape: Shape, tu: pb.TrafficUnit, found: DescriptorResults
@@ -98,6 +112,7 @@ class PlanCache:
             return shape.plans, shape.locks
         plans = dm.plan_requests(self.directory, tu, found)
         locks = dm.lock_set(plans)
-        if shape.generation == self.directory.generation:
+        if shape.generation == self.directory.generation and _ids(found) <= self.items \
+                and _clusters(plans) <= self.items:
             shape.found, shape.plans, shape.locks = found, plans, locks
         return plans, locks

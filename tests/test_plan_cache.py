@@ -124,3 +124,20 @@ def test_repeated_requests_see_every_new_cluster_through_the_real_system(
     for labels, v in hits.items():
         by_result[dict(labels)["result"]] = by_result.get(dict(labels)["result"], 0) + v
     assert by_result["hit"] >= 4 * n and by_result["miss"] >= 4 * n
+
+
+def test_a_shape_keeps_no_share_or_plans_over_its_bound() -> None:
+    iig = census_iig()
+    whole = "RETRIEVE (FILE = Census) (CITY)"          # every cluster of the file
+    cache = PlanCache(iig.directory, "t", items=len(iig.directory.file_clusters["CENSUS"]) - 1)
+    tu = unit(iig.directory, whole)
+    shape = cache.checked(tu)
+    found = cache.search(shape, tu, 0, 1)
+    assert found and shape.shares                       # one FILE descriptor: kept
+    plans, _ = cache.plan(shape, tu, found)
+    assert len(plans[0].files[0].clusters) > cache.items
+    assert shape.found is None and cache.plan(shape, tu, found)[0] is not plans
+    roomy = PlanCache(iig.directory, "t")
+    shape = roomy.checked(tu)
+    plans, _ = roomy.plan(shape, tu, roomy.search(shape, tu, 0, 1))
+    assert roomy.plan(shape, tu, roomy.search(shape, tu, 0, 1))[0] is plans
