@@ -41,7 +41,7 @@ def _clusters(plans: list[RequestPlan]) -> int:
 class Shape:
     """One unit shape's work at one directory generation."""
 
-    __slots__ = ("generation", "attrs", "groups", "shares", "found", "plans", "locks")
+    __slots__ = ("generation", "attrs", "groups", "shares", "planned")
 
     def __init__(self, generation: int, attrs: set[tuple[str, str]],
                  groups: dict[Hashable, str]) -> None:
@@ -49,9 +49,9 @@ class Shape:
         self.attrs = attrs
         self.groups = groups
         self.shares: dict[tuple[int, int], DescriptorResults] = {}
-        self.found: DescriptorResults | None = None     # what `plans` were made from
-        self.plans: list[RequestPlan] = []
-        self.locks: dict[Hashable, str] = {}
+        # The descriptor ids the plans were made from, the plans, and their lock set.
+        self.planned: tuple[DescriptorResults, list[RequestPlan], dict[Hashable, str]] \
+            | None = None
 
 
 def did_groups(tu: pb.TrafficUnit) -> dict[Hashable, str]:
@@ -90,7 +90,7 @@ class PlanCache:
             self.shapes[key] = shape
             self.shapes.move_to_end(key)
             if len(self.shapes) > self.size:
-                self.shapes.popitem(last=False)
+                del self.shapes[next(iter(self.shapes))]    # the least recently used
         return shape
 
     def search(self, shape: Shape, tu: pb.TrafficUnit, index: int, n: int) -> DescriptorResults:
@@ -108,11 +108,11 @@ class PlanCache:
              ) -> tuple[list[RequestPlan], dict[Hashable, str]]:
         """Cluster search and address generation (made under the did-group locks), and
         the CC lock set of the plans."""
-        if shape.generation == self.directory.generation and shape.found == found:
-            return shape.plans, shape.locks
+        current = shape.generation == self.directory.generation
+        if current and shape.planned is not None and shape.planned[0] == found:
+            return shape.planned[1], shape.planned[2]
         plans = dm.plan_requests(self.directory, tu, found)
         locks = dm.lock_set(plans)
-        if shape.generation == self.directory.generation and _ids(found) <= self.items \
-                and _clusters(plans) <= self.items:
-            shape.found, shape.plans, shape.locks = found, plans, locks
+        if current and _ids(found) <= self.items and _clusters(plans) <= self.items:
+            shape.planned = (found, plans, locks)
         return plans, locks

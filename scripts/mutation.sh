@@ -45,6 +45,8 @@ controller.pp.x__batches__*|"
 backend.recp.x__select_list__* backend.recp.x__modifier_sql__* \
 backend.recp.x_aggregate_groups__* backend.recp.x_delete__* backend.recp.x_update__* \
 backend.recp.x_update_moving__* backend.recp.x_insert__*|tests/test_recp.py"
+  "plancache|backend/plancache.py|backend.plancache.*|tests/test_plan_cache.py \
+--deselect tests/test_plan_cache.py::test_repeated_requests_see_every_new_cluster_through_the_real_system"
   "abdl_lexer|controller/abdl/lexer.py|controller.abdl.lexer.*|$ABDL_LEXER_TESTS"
   "abdl_parser|controller/abdl/parser.py|controller.abdl.parser.*|$ABDL_PARSER_TESTS"
 )

@@ -9,6 +9,7 @@ import pytest
 
 from backend.check import BadMessage
 from backend.plancache import PlanCache
+from mbds import metrics
 from mbds.directory import file_schema_to_pb
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
@@ -136,8 +137,70 @@ def test_a_shape_keeps_no_share_or_plans_over_its_bound() -> None:
     assert found and shape.shares                       # one FILE descriptor: kept
     plans, _ = cache.plan(shape, tu, found)
     assert len(plans[0].files[0].clusters) > cache.items
-    assert shape.found is None and cache.plan(shape, tu, found)[0] is not plans
+    assert shape.planned is None and cache.plan(shape, tu, found)[0] is not plans
     roomy = PlanCache(iig.directory, "t")
     shape = roomy.checked(tu)
     plans, _ = roomy.plan(shape, tu, roomy.search(shape, tu, 0, 1))
     assert roomy.plan(shape, tu, roomy.search(shape, tu, 0, 1))[0] is plans
+
+
+def _count(result: str) -> float:
+    return metrics.PLAN_CACHE.labels(result, "counted")._value.get()
+
+
+def test_a_shape_holds_the_units_type_c_attributes_and_did_groups_and_counts() -> None:
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "counted")
+    hits, misses = _count("hit"), _count("miss")
+    shape = cache.checked(unit(iig.directory, RETRIEVE))
+    assert shape.attrs == {("CENSUS", "CITY")}                 # CITY is type C, FILE not
+    assert shape.groups == {("didgroup", "CENSUS", "FILE"): "S",
+                            ("didgroup", "CENSUS", "CITY"): "S"}
+    assert (_count("hit"), _count("miss")) == (hits, misses + 1)
+    assert cache.checked(unit(iig.directory, RETRIEVE)) is shape
+    assert (_count("hit"), _count("miss")) == (hits + 1, misses + 1)
+
+
+@pytest.mark.parametrize("part", ["files", "descriptors", "clusters"])
+def test_a_unit_with_any_directory_update_is_never_kept(part: str) -> None:
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "t")
+    tu = unit(iig.directory, RETRIEVE)
+    getattr(tu.directory, part).add()
+    cache.checked(tu)
+    assert not cache.shapes
+
+
+def test_a_stale_shape_searches_and_plans_the_directory_as_it_is() -> None:
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "t")
+    tu = unit(iig.directory, RETRIEVE)
+    shape = cache.checked(tu)
+    before = cache.search(shape, tu, 0, 1)
+    assert cache.search(shape, tu, 0, 1) is before            # kept while it holds
+    iig.cluster_of("CENSUS", census_key(iig, "Newtown", 5, "CA"), pb.DirectoryUpdate())
+    newtown = iig.directory.at[("CENSUS", "CITY")].eq["Newtown"]
+    halves = [cache.search(shape, tu, i, 2) for i in range(2)]
+    assert halves[1] == {1: {newtown}} and halves[0].keys() == {0}
+    assert not shape.shares.keys() - {(0, 1)}                 # nothing kept of a stale one
+
+
+def test_a_share_and_plans_of_exactly_the_bound_are_kept() -> None:
+    iig = census_iig()
+    # Monterey: one FILE and one CITY descriptor id, one cluster.
+    text = "RETRIEVE ((FILE = Census) and (CITY = Monterey)) (POP)"
+    cache = PlanCache(iig.directory, "t", items=2)
+    tu = unit(iig.directory, text)
+    shape = cache.checked(tu)
+    found = cache.search(shape, tu, 0, 1)
+    assert sum(len(d) for d in found.values() if d) == 2
+    assert cache.search(shape, tu, 0, 1) is found
+    plans, _ = cache.plan(shape, tu, found)
+    assert cache.plan(shape, tu, found)[0] is plans
+    whole = "RETRIEVE (FILE = Census) (CITY)"             # one id, three clusters
+    cache = PlanCache(iig.directory, "t", items=3)
+    tu = unit(iig.directory, whole)
+    shape = cache.checked(tu)
+    plans, _ = cache.plan(shape, tu, cache.search(shape, tu, 0, 1))
+    assert len(plans[0].files[0].clusters) == 3
+    assert cache.plan(shape, tu, cache.search(shape, tu, 0, 1))[0] is plans
