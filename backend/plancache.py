@@ -28,6 +28,9 @@ SIZE = 512      # unit shapes kept, the least recently used going first
 # a unit over it scans so much that planning it again costs little beside the scan, and
 # the cache's memory stays bounded (SIZE × ITEMS ids) whatever the directory's size.
 ITEMS = 4096
+# Bytes of a unit's requests, its key, that a kept shape may have at most: a request
+# may carry a megabyte of values, and 512 such keys would be half a gigabyte.
+KEY_BYTES = 4096
 
 
 def _ids(found: DescriptorResults) -> int:
@@ -73,10 +76,13 @@ class PlanCache:
     def checked(self, tu: pb.TrafficUnit) -> Shape:
         """Check the unit against the directory (`check.BadMessage` if it does not fit)
         and return its shape: the cached one when it was checked at this generation."""
-        key = None
+        key: tuple[bytes, ...] | None = None
         if not (tu.directory.files or tu.directory.descriptors or tu.directory.clusters
                 or any(r.op == pb.INSERT for r in tu.requests)):
             key = tuple(r.SerializeToString() for r in tu.requests)
+            if sum(map(len, key)) > KEY_BYTES:
+                key = None
+        if key is not None:
             shape = self.shapes.get(key)
             if shape is not None and shape.generation == self.directory.generation:
                 self.shapes.move_to_end(key)

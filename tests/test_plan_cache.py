@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from backend.check import BadMessage
-from backend.plancache import PlanCache
+from backend.plancache import KEY_BYTES, PlanCache
 from mbds import metrics
 from mbds.directory import file_schema_to_pb
 from mbds.proto import mbds_pb2 as pb
@@ -204,3 +204,20 @@ def test_a_share_and_plans_of_exactly_the_bound_are_kept() -> None:
     plans, _ = cache.plan(shape, tu, cache.search(shape, tu, 0, 1))
     assert len(plans[0].files[0].clusters) == 3
     assert cache.plan(shape, tu, cache.search(shape, tu, 0, 1))[0] is plans
+
+
+def test_a_unit_whose_requests_are_over_the_key_bound_is_not_kept() -> None:
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "t")
+
+    def named(k: int) -> pb.TrafficUnit:
+        return unit(iig.directory, f"RETRIEVE ((FILE = Census) and (CITY = '{'x' * k}')) (POP)")
+
+    # The key grows a byte per character while the length's varint keeps its two bytes.
+    base = len(named(200).requests[0].SerializeToString())
+    at_bound = KEY_BYTES - base + 200
+    assert len(named(at_bound).requests[0].SerializeToString()) == KEY_BYTES
+    cache.checked(named(at_bound))
+    assert len(cache.shapes) == 1
+    cache.checked(named(at_bound + 1))
+    assert len(cache.shapes) == 1
