@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from mbds import columns
-from mbds.directory import Directory
+from mbds.directory import Directory, changes
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import IDENT, TYPES, Attribute, FileSchema
 from mbds.values import Value, from_pb
@@ -159,7 +159,7 @@ def _load_batch(directory: Directory, schema: FileSchema, batch: pb.LoadColumns)
 
 def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:
     """New files, descriptors and clusters, before this backend applies them."""
-    if not (update.files or update.descriptors or update.clusters):
+    if not changes(update):
         return      # most units: nothing new (and no copy of the directory's ids to make)
     new: dict[str, FileSchema] = {}
     for f in update.files:

@@ -2,7 +2,7 @@
 
 Stage 1 (in bus order, never waits): apply the traffic unit's directory update,
 lock the type-C attributes it reads, search this backend's share of
-descriptors, release, and broadcast the ids to the peers.
+descriptors, release, and broadcast the ids to the peers (`exchange.py`).
 Stage 2 (in bus order): wait for the peers' ids, run cluster search under
 did-group locks, generate addresses, and queue the whole CC lock set. Queuing
 in bus order on every backend is what makes CC's outcome serializable.
@@ -23,10 +23,11 @@ from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from backend import check, dm
+from backend import check
 from backend.cc import LockTable, S, X
 from backend.commit import PreparedUnits, settle
 from backend.definitions import Definitions, defines
+from backend.exchange import IdExchange
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
 from backend.plan import WRITES, RequestPlan
@@ -35,7 +36,7 @@ from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
 from backend.store import Store
 from backend.writer import Writer
 from mbds import faults, metrics
-from mbds.directory import Directory
+from mbds.directory import Directory, changes
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
@@ -72,7 +73,7 @@ class BackendNode:
         self.plans = PlanCache(self.directory, name)
         self.tus: dict[tuple[str, int], TuState] = {}
         self.stage2: Mailbox[tuple[tuple[str, int], TuState]] = Mailbox()
-        self.peers = peers
+        self.exchange = IdExchange(peers, result_timeout)
         self.iig = iig
         # Writing traffic units enter the writer thread in bus order, so no two backends
         # ever hold their writers for different units that each wait on the other.
@@ -128,7 +129,7 @@ class BackendNode:
         """
         check.directory_update(self.directory, update)
         new = self.directory.apply(update)
-        if new.files or new.descriptors or new.clusters:
+        if changes(new):
             fut = self.writer.submit(lambda conn: self.definitions.store_rows(conn, new))
             fut.add_done_callback(_log_failure)
             self.storing = fut
@@ -141,7 +142,7 @@ class BackendNode:
                                 hello.iig_address)
         bus.window = hello.credit_window or bus.window
         metrics.set_internal_timing(hello.internal_timing)
-        self.peers.configure(self.config.peers, hello.backend_index)
+        self.exchange.configure(self.config)
         self.iig.configure(hello.iig_address)
 
     async def on_traffic_unit(self, tu: pb.TrafficUnit, bus: BusOut) -> None:
@@ -155,7 +156,7 @@ class BackendNode:
                 if defines(tu):
                     self.definitions.begin(key, st, tu)
                 own = None
-                if tu.directory.files or tu.directory.descriptors or tu.directory.clusters:
+                if changes(tu.directory):
                     own = await self._apply_with_locks(tu.directory)
                 st.shape = self.plans.checked(tu)
             except check.BadMessage as e:
@@ -176,31 +177,11 @@ class BackendNode:
             handle = await self._acquire("attribute", key,
                                          {("attr", *a): S for a in shape.attrs})
         with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
-            split = self._split(tu)
-            st.found = self.plans.search(shape, tu, self.config.index if split else 0,
-                                         len(self.config.peers) if split else 1)
-            if split and self.config.index in self._id_senders(tu):
-                self.peers.broadcast(pb.DescriptorIds(
-                    epoch=key[0], seq=tu.seq, from_index=self.config.index,
-                    results=dm.to_pb_results(st.found)))
+            st.found = self.plans.search(shape, tu, *self.exchange.share(tu))
+            self.exchange.send(tu, st.found)
         with self._h("cc.attribute_release"):
             self.cc.release(handle)
         self.stage2.put((key, st))
-
-    def _split(self, tu: pb.TrafficUnit) -> bool:
-        """Is this unit's descriptor search split over the backends (ids exchanged)?"""
-        return len(self.config.peers) > 1 and tu.predicate_count > 0 and tu.split_search
-
-    def _id_senders(self, tu: pb.TrafficUnit) -> range:
-        """The backends that search a share of this unit's predicates (i mod n = index).
-
-        With fewer predicates than backends the others have nothing to search, so they
-        send nothing and nobody waits for them: request 4 of the paper (one predicate)
-        on four backends is three id messages, not twelve, and stage 2 waits for one
-        peer, not for the slowest of three. `predicate_count` is the m the controller
-        counted over the same retrievals `dm.predicates` walks.
-        """
-        return range(min(tu.predicate_count, len(self.config.peers)))
 
     async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> Future[None] | None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
@@ -219,9 +200,7 @@ class BackendNode:
 
     def on_peer_ids(self, msg: pb.DescriptorIds) -> None:
         with self._h("dm.descriptor_ids"):
-            st = self.state((msg.epoch, msg.seq))
-            st.peer_ids[msg.from_index] = list(msg.results)
-            st.peers_in.set()          # stage 2 checks whether every sender is in
+            self.exchange.received(self.state((msg.epoch, msg.seq)), msg)
 
     def on_abort(self, seq: int, reason: str) -> None:
         st = self.tus.get((self.config.epoch, seq))
@@ -271,13 +250,7 @@ class BackendNode:
     async def _stage2(self, key: tuple[str, int], st: TuState) -> None:
         tu = st.tu
         assert tu is not None
-        if self._split(tu):
-            await self._wait_for_ids(st, set(self._id_senders(tu)) - {self.config.index})
-        if st.peer_ids:
-            found = dict(st.found)
-            for msgs in st.peer_ids.values():
-                found.update(dm.from_pb_results(msgs))
-            st.found = found
+        st.found = await self.exchange.gather(st)
         shape = st.shape
         assert shape is not None
         with self._h("cc.did_group_lock"):
@@ -304,19 +277,6 @@ class BackendNode:
             asyncio.create_task(self._next_writer(key))
         self._send(st, pb.BackendReply(error=self._aborted(st)))
         self._forget(st)
-
-    async def _wait_for_ids(self, st: TuState, senders: set[int]) -> None:
-        try:
-            async with asyncio.timeout(self.result_timeout):
-                while not senders <= st.peer_ids.keys():
-                    if st.cancelled:   # e.g. the peer crashed and PP aborted the unit:
-                        raise Cancelled(st.cancelled)   # later units must not wait too
-                    st.peers_in.clear()
-                    await st.peers_in.wait()
-        except TimeoutError:
-            missing = sorted(senders - st.peer_ids.keys())
-            raise RuntimeError("no descriptor ids from backend(s) at "
-                               + ", ".join(self.config.peers[i] for i in missing)) from None
 
     # ----------------------------------------------------------- execution --
     async def _execute(self, key: tuple[str, int], st: TuState, plans: list[RequestPlan],

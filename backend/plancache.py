@@ -20,7 +20,7 @@ from backend import check, dm
 from backend.cc import S
 from backend.plan import DescriptorResults, RequestPlan
 from mbds import metrics
-from mbds.directory import Directory
+from mbds.directory import Directory, changes
 from mbds.proto import mbds_pb2 as pb
 
 SIZE = 512      # unit shapes kept, the least recently used going first
@@ -77,8 +77,7 @@ class PlanCache:
         """Check the unit against the directory (`check.BadMessage` if it does not fit)
         and return its shape: the cached one when it was checked at this generation."""
         key: tuple[bytes, ...] | None = None
-        if not (tu.directory.files or tu.directory.descriptors or tu.directory.clusters
-                or any(r.op == pb.INSERT for r in tu.requests)):
+        if not changes(tu.directory) and all(r.op != pb.INSERT for r in tu.requests):
             key = tuple(r.SerializeToString() for r in tu.requests)
             if sum(map(len, key)) > KEY_BYTES:
                 key = None

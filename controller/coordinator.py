@@ -25,7 +25,7 @@ from controller.describe import describe
 from controller.iig import Defined, Iig
 from controller.reqp import Prepared, Reqp, same_unit
 from mbds import doors, metrics
-from mbds.directory import Directory
+from mbds.directory import Directory, changes
 from mbds.errors import BackendUnavailable, PermissionDenied
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
@@ -270,8 +270,8 @@ class Coordinator:
                 tu.one_phase = True
             return units
         first = next(iter(units.values()))
-        if not first.requests or any(r.op != pb.INSERT for r in first.requests) or (
-                update.files or update.descriptors or update.clusters):
+        if not first.requests or any(r.op != pb.INSERT for r in first.requests) or \
+                changes(update):
             return units
         writers = [i for i, tu in units.items()
                    if any(r.records or r.load_columns for r in tu.requests)]

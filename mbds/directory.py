@@ -109,6 +109,11 @@ class AttrIndex:
         return found
 
 
+def changes(update: pb.DirectoryUpdate) -> bool:
+    """Whether an update has anything in it (most traffic units carry an empty one)."""
+    return bool(update.files or update.descriptors or update.clusters)
+
+
 def file_schema_from_pb(f: pb.FileDef) -> FileSchema:
     return FileSchema(f.name, [Attribute(a.name, a.type, a.directory, a.indexed)
                                for a in f.attributes], revision=f.revision)
@@ -169,7 +174,7 @@ class Directory:
                 for did in dids:
                     self.by_did.setdefault(did, set()).add(c.id)
                 new.clusters.append(c)
-        if new.files or new.descriptors or new.clusters:
+        if changes(new):
             self.generation += 1
         return new
 
