@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run Compose on the project's docker-compose.yml with whichever client is here:
-# `docker compose` (v2) if available, else `docker-compose` (1.29).
+# `docker compose` (v2) if available, else `docker-compose` (1.29); MBDS_COMPOSE names
+# one of them to use it whatever else is installed.
 #
 #   docker/compose.sh [GLOBAL OPTIONS] COMMAND [ARGS...]
 #
@@ -13,7 +14,11 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-if docker compose version >/dev/null 2>&1; then
+if [[ -n ${MBDS_COMPOSE:-} ]]; then
+  read -r -a compose <<< "$MBDS_COMPOSE"       # a client chosen by name, e.g. "docker-compose"
+  "${compose[@]}" version >/dev/null 2>&1 ||
+    { echo "compose.sh: MBDS_COMPOSE='$MBDS_COMPOSE' does not run ('$MBDS_COMPOSE version' failed)" >&2; exit 1; }
+elif docker compose version >/dev/null 2>&1; then
   compose=(docker compose)
 elif command -v docker-compose >/dev/null; then
   compose=(docker-compose)

@@ -37,10 +37,17 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 3
     return p
 
 
-def compose_client() -> list[str]:
-    """`docker compose` (v2) if installed, else docker-compose (1.29), as compose.sh picks."""
-    v2 = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=60)
-    return ["docker", "compose"] if v2.returncode == 0 else ["docker-compose"]
+V2, V1 = "docker compose", "docker-compose"     # Compose v2 (the plugin) and 1.29
+
+
+def compose_clients() -> list[str]:
+    """The Compose clients installed here, v2 first (the one compose.sh prefers)."""
+    found = []
+    for client in (V2, V1):
+        if shutil.which(client.split()[0]) is not None and subprocess.run(
+                [*client.split(), "version"], capture_output=True, timeout=60).returncode == 0:
+            found.append(client)
+    return found
 
 
 def docker_problem() -> str | None:
@@ -49,22 +56,23 @@ def docker_problem() -> str | None:
     info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=60)
     if info.returncode != 0:
         return f"the Docker daemon is not reachable: {info.stderr.strip()[-300:]}"
-    v2 = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=60)
-    if v2.returncode != 0 and shutil.which("docker-compose") is None:
+    if not compose_clients():
         return "no Compose client ('docker compose' or 'docker-compose')"
     return None
 
 
 class Stack:
-    """One compose project of docker-compose.yml, driven through docker/compose.sh."""
+    """One compose project of docker-compose.yml, driven through docker/compose.sh with
+    one Compose client (default: the one compose.sh picks by itself)."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: str | None = None) -> None:
         self.project = f"mbds_test_{secrets.token_hex(4)}"
+        self.client = client or compose_clients()[0]
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("COMPOSE_")
                and k not in ("MBDS_MIN_BACKENDS", "BACKEND_CPUS", "BASE_IMAGE")}
         # Host port 0: the engine binds a free port; `published` reads it back.
-        self.env = {**env, "COMPOSE_PROJECT_NAME": self.project,
+        self.env = {**env, "COMPOSE_PROJECT_NAME": self.project, "MBDS_COMPOSE": self.client,
                     "MBDS_PORT": "0", "PROMETHEUS_PORT": "0"}
 
     def published(self, service: str, port: int) -> int:
@@ -95,7 +103,7 @@ class Stack:
 
     def plain(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """The Compose client itself, run in the repository as a user would."""
-        return run([*compose_client(), *args], env=self.env, timeout=timeout, cwd=ROOT)
+        return run([*self.client.split(), *args], env=self.env, timeout=timeout, cwd=ROOT)
 
     def plain_up(self, backends: int) -> None:
         """`docker-compose up -d --scale backend=N` with no wrapper and no count given to

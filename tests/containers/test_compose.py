@@ -2,6 +2,8 @@
 
 Needs Docker and a Compose client (`docker compose` or docker-compose 1.29). Without
 them the module is skipped — unless CI is set: there these tests must run, so they fail.
+The tests on the shared three-backend stack run under each client (CI needs both);
+the others under the one compose.sh picks.
 The images are built (or reused) by docker/build-images.sh; MBDS_TEST_REBUILD=1 passes
 --rebuild. Every stack has its own project name (mbds_test_<random>) and free host ports,
 and is removed with `down -v` whatever the outcome. Clients run inside the controller
@@ -31,8 +33,11 @@ from tests.containers.stack import (
     CPU_LIMIT_NANO,
     PAPER_TABLE2,
     STARTUP_S,
+    V1,
+    V2,
     Stack,
     backend_name,
+    compose_clients,
     docker_problem,
     run,
 )
@@ -63,12 +68,21 @@ def images(docker_available: None) -> None:
         run(["docker", "image", "inspect", image])
 
 
-@pytest.fixture(scope="module")
-def stack3(images: None) -> Iterator[Stack]:
-    """Three backends, started as users type it (`docker-compose up -d --scale
-    backend=3`, no count given to the controller), with the paper's test database
-    loaded; shared, not modified."""
-    stack = Stack()
+@pytest.fixture(scope="module", params=[V2, V1])
+def stack3(request: pytest.FixtureRequest, images: None) -> Iterator[Stack]:
+    """Three backends, started as users type it (`docker compose up -d --scale
+    backend=3` with Compose v2, `docker-compose up ...` with 1.29; no count given to the
+    controller), with the paper's test database loaded; shared, not modified. The tests
+    on it run once with each client; a client that is not installed skips them, or
+    fails them where CI is set."""
+    client = request.param
+    if client not in compose_clients():
+        problem = (f"'{client}' is not installed (docker/install-compose-v2.sh installs "
+                   "Compose v2; Debian's docker-compose package is 1.29)")
+        if os.environ.get("CI"):
+            pytest.fail(f"{problem}; CI is set, so both Compose clients must be tested")
+        pytest.skip(problem)
+    stack = Stack(client)
     try:
         stack.plain_up(3)
         out = stack.mbds(["load", "paper"]).stdout
@@ -91,8 +105,9 @@ def stack(images: None) -> Iterator[Stack]:
 # --------------------------------------------------------------------- tests --
 
 def test_paper_table2_on_three_backends(stack3: Stack) -> None:
-    """(a) Built from nothing, plain `docker-compose up -d --scale backend=3`: the
-    controller takes all three, and the nine requests examine and retrieve as Table 2."""
+    """(a) Built from nothing, plain `docker compose up -d --scale backend=3` (or
+    docker-compose): the controller takes all three, and the nine requests examine and
+    retrieve as Table 2."""
     # All three from the start, not admitted one by one later (a load before that
     # would have left the latecomers empty).
     log = run(["docker", "logs", stack3.controller]).stdout
