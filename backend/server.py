@@ -15,11 +15,11 @@ from backend.links import IigClient, PeerLinks
 from backend.node import BackendNode
 from backend.state import BusOut
 from backend.store import Store
-from mbds import faults, metrics, tls
+from mbds import dirlock, eventloop, faults, metrics, tls
 from mbds.doors import RoleDoor
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MAX_MESSAGE, until_stopped
+from mbds.service import SERVER_OPTIONS, listen_on, until_stopped
 
 log = logging.getLogger("mbds.backend")
 
@@ -181,26 +181,27 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     if identity is None:
         tls.check_plaintext(listen, "the backend", insecure)
     tls.use(identity)
+    dirlock.hold(data_dir, "the backend's")
     store = Store(data_dir / "backend.db", synchronous=synchronous, memory=memory)
     node_name = store.identity(name or data_dir.resolve().name)
     peers, iig = PeerLinks(), IigClient(node_name)
     node = BackendNode(node_name, store, peers=peers, iig=iig)
     node.metrics_port = metrics_port
     doors = [RoleDoor({"mbds.Backend": "controller", "mbds.Peer": "backend"})] if identity else []
-    server = grpc.aio.server(interceptors=doors,
-                             options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
+    server = grpc.aio.server(interceptors=doors, options=SERVER_OPTIONS)
     backend_servicer, peer_servicer = BackendServicer(node), PeerServicer(node)
     rpc.add_BackendServicer_to_server(backend_servicer, server)
     rpc.add_PeerServicer_to_server(peer_servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = (server.add_secure_port(listen, identity.internal_server()) if identity
-            else server.add_insecure_port(listen))
+    port = listen_on(server, listen, "the backend",
+                     identity.internal_server() if identity else None)
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     host = listen.rsplit(":", 1)[0]
     log.info("backend %s serving on %s:%d (data %s)", node_name, host, port, data_dir)
-    print(f"backend {node_name} listening on {host}:{port}", flush=True)
+    print(f"backend {node_name} listening on {host}:{port} (event loop {eventloop.running()})",
+          flush=True)
     await until_stopped(ready)
     await health_servicer.enter_graceful_shutdown()
     # Current answers first (they may need ids from the peers and send ours to them);

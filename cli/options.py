@@ -7,6 +7,7 @@ from typing import NoReturn
 
 import click
 
+from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
 
 controller_option = click.option(
@@ -19,6 +20,12 @@ split_search_option = click.option(
     help="Split descriptor search over the backends (ids exchanged between them, the "
          "paper's design) for traffic units with at least this many predicates; smaller "
          "ones are searched whole on every backend.")
+
+event_loop_option = click.option(
+    "--event-loop", type=click.Choice(eventloop.CHOICES), default="uvloop",
+    envvar="MBDS_EVENT_LOOP", show_default=True,
+    help="The service's event loop: uvloop (libuv's, in C; less CPU per message) or "
+         "the standard library's asyncio (env MBDS_EVENT_LOOP).")
 
 
 def fail(e: object) -> NoReturn:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import signal
@@ -14,9 +13,12 @@ from typing import NoReturn
 import click
 
 from cli.certs import tls_options
-from cli.options import fail, split_search_option
+from cli.options import event_loop_option, fail, split_search_option
+from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
+from mbds.dirlock import DirInUse
 from mbds.doors import DoorError, load_tokens
+from mbds.service import ListenError
 from mbds.tls import TlsError
 
 DEFAULT_DATA_DIR = Path.home() / ".mbds" / "data"
@@ -59,9 +61,10 @@ def _exit_stopped() -> NoReturn:
 @click.option("--metrics-port", type=int,
               help="Serve Prometheus /metrics on this port (0: any free one).")
 @tls_options
+@event_loop_option
 def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchronous: str,
             in_memory: bool, metrics_port: int | None, tls_dir: Path | None,
-            insecure: bool) -> None:
+            insecure: bool, event_loop: str) -> None:
     """Run one backend (DM, CC, RECP)."""
     from backend.server import serve
     from backend.slots import claim_slot
@@ -72,10 +75,10 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
     assert data_dir is not None
     served = _metrics(metrics_port, listen)
     try:
-        asyncio.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
-                          memory=in_memory, metrics_port=served, tls_dir=tls_dir,
-                          insecure=insecure))
-    except TlsError as e:
+        eventloop.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
+                            memory=in_memory, metrics_port=served, tls_dir=tls_dir,
+                            insecure=insecure), event_loop)
+    except (TlsError, DirInUse, ListenError) as e:
         fail(e)
     _exit_stopped()
 
@@ -114,12 +117,13 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               envvar="MBDS_TOKENS",
               help="Require a client token: lines `read TOKEN` or `write TOKEN` (needs TLS).")
+@event_loop_option
 def controller(listen: str, backend_list: str, discover: str | None, min_backends: int,
                internal_listen: str, advertise: str, internal_timing: str, timeout: float,
                stalled_reader: float, split_search_from: int,
                metrics_port: int | None, data_dir: Path, synchronous: str,
                tls_dir: Path | None, insecure: bool, client_plaintext: bool,
-               tokens: Path | None) -> None:
+               tokens: Path | None, event_loop: str) -> None:
     """Run the controller (REQP, IIG, PP)."""
     from controller.discovery import discover_backends
     from controller.server import serve
@@ -132,16 +136,16 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
         raise click.UsageError("no backends: give --backends or --discover")
     served = _metrics(metrics_port, listen)
     try:
-        asyncio.run(serve(listen=listen, backends=addresses, advertise=advertise,
-                          discover=discover or "",
-                          internal_timing=internal_timing == "on", timeout=timeout,
-                          stalled_reader=stalled_reader,
-                          split_search_from=split_search_from, metrics_port=served,
-                          data_dir=data_dir, synchronous=synchronous,
-                          internal_listen=internal_listen, tls_dir=tls_dir,
-                          client_plaintext=client_plaintext, insecure=insecure,
-                          tokens=load_tokens(tokens) if tokens else None))
-    except (TlsError, DoorError) as e:
+        eventloop.run(serve(listen=listen, backends=addresses, advertise=advertise,
+                            discover=discover or "",
+                            internal_timing=internal_timing == "on", timeout=timeout,
+                            stalled_reader=stalled_reader,
+                            split_search_from=split_search_from, metrics_port=served,
+                            data_dir=data_dir, synchronous=synchronous,
+                            internal_listen=internal_listen, tls_dir=tls_dir,
+                            client_plaintext=client_plaintext, insecure=insecure,
+                            tokens=load_tokens(tokens) if tokens else None), event_loop)
+    except (TlsError, DoorError, DirInUse, ListenError) as e:
         fail(e)
     _exit_stopped()
 

@@ -12,12 +12,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from controller.abdl import AbdlSyntaxError
 from controller.coordinator import STALLED_READER, Coordinator
 from controller.session import Sessions, failure
-from mbds import tls
+from mbds import dirlock, eventloop, tls
 from mbds.doors import RoleDoor, TokenDoor
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MAX_MESSAGE, until_stopped
+from mbds.service import SERVER_OPTIONS, listen_on, until_stopped
 from mbds.values import from_pb
 
 log = logging.getLogger("mbds.controller")
@@ -105,13 +105,14 @@ def _client_port(server: grpc.aio.Server, listen: str, identity: tls.Identity | 
                  plaintext: bool, tokens: dict[str, str] | None, insecure: bool) -> int:
     """The client port: TLS with the controller's certificate when there is one, plaintext
     only on loopback (or --insecure), and never plaintext with tokens, which it would leak."""
+    what = "the controller's client port"
     if identity is not None and not plaintext:
-        return server.add_secure_port(listen, identity.client_server())
+        return listen_on(server, listen, what, identity.client_server())
     if tokens:
         raise tls.TlsError("client tokens need TLS on the client port (--tls-dir, "
                            "without --client-plaintext)")
-    tls.check_plaintext(listen, "the controller's client port", insecure)
-    return server.add_insecure_port(listen)
+    tls.check_plaintext(listen, what, insecure)
+    return listen_on(server, listen, what)
 
 
 async def serve(*, listen: str, backends: list[str], advertise: str = "", discover: str = "",
@@ -130,17 +131,18 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     backends may (placing a moved record allocates directory entries everywhere)."""
     identity = tls.Identity.load(tls_dir, "controller") if tls_dir else None
     tls.use(identity)
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE)]
-    server = grpc.aio.server(options=options, interceptors=[
+    if data_dir is not None:
+        dirlock.hold(data_dir, "the controller's")
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[
         TokenDoor(tokens, READ_METHODS)] if tokens else [])
     port = _client_port(server, listen, identity, client_plaintext, tokens, insecure)
     host = listen.rsplit(":", 1)[0]
-    internal = grpc.aio.server(options=options, interceptors=[
+    internal = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[
         RoleDoor({"mbds.Iig": "backend"})] if identity else [])
     if identity is None:
         tls.check_plaintext(internal_listen, "IIG", insecure)
-    internal_port = (internal.add_secure_port(internal_listen, identity.internal_server())
-                     if identity else internal.add_insecure_port(internal_listen))
+    internal_port = listen_on(internal, internal_listen, "IIG",
+                              identity.internal_server() if identity else None)
     ihost = internal_listen.rsplit(":", 1)[0]
     iig_address = advertise or (f"{'127.0.0.1' if ihost in ('0.0.0.0', '[::]') else ihost}"
                                 f":{internal_port}")
@@ -165,8 +167,8 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     watcher = asyncio.create_task(rediscover(coordinator, discover)) if discover else None
     door = ("TLS" if identity and not client_plaintext else "plaintext") + (
         f", {len(tokens)} tokens" if tokens else "")
-    print(f"controller listening on {host}:{port} with {len(backends)} backends ({door})",
-          flush=True)
+    print(f"controller listening on {host}:{port} with {len(backends)} backends ({door}; "
+          f"event loop {eventloop.running()})", flush=True)
     print(f"controller internal (IIG) on {ihost}:{internal_port}", flush=True)
     await until_stopped(ready)
     if watcher is not None:

@@ -1,5 +1,5 @@
-"""What every gRPC process shares: the message size limit, and waiting for SIGTERM/SIGINT
-to shut down gracefully."""
+"""What every gRPC process shares: the message size limit, a port of its own, and waiting
+for SIGTERM/SIGINT to shut down gracefully."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ import contextlib
 import os
 import signal
 
+import grpc
+
 # The largest gRPC message any process sends or takes (a row batch is held well under it).
 MAX_MESSAGE = 64 << 20
+# Every server's options. gRPC sets SO_REUSEPORT by default, which lets a second process
+# on a port in use share it silently (clients split between two controllers); off, the
+# second one fails to bind (`listen_on`).
+SERVER_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.so_reuseport", 0)]
 # Set in the environment of a process whose owner stops it (mbds/cluster.py).
 OWNED = "MBDS_OWNED"
 
@@ -27,3 +33,18 @@ async def until_stopped(ready: asyncio.Event | None = None) -> None:
     if ready is not None:
         ready.set()
     await stop.wait()
+
+
+class ListenError(Exception):
+    """A server could not bind the address it was given."""
+
+
+def listen_on(server: grpc.aio.Server, address: str, what: str,
+              credentials: grpc.ServerCredentials | None = None) -> int:
+    """Bind `address` (TLS with `credentials`, else plaintext); the port bound."""
+    try:
+        return (server.add_secure_port(address, credentials) if credentials is not None
+                else server.add_insecure_port(address))
+    except RuntimeError:           # grpc's "Failed to bind to address"
+        raise ListenError(f"{what} cannot listen on {address}: the port is in use, or the "
+                          "address is not one of this host's") from None

@@ -112,6 +112,7 @@ def test_paper_table2_on_three_backends(stack3: Stack) -> None:
     # would have left the latecomers empty).
     log = run(["docker", "logs", stack3.controller]).stdout
     assert re.search(r"^controller listening on \S+ with 3 backends", log, re.M), log[-2000:]
+    assert "event loop uvloop" in log, log[-2000:]      # the image carries uvloop
     out = stack3.mbds(["paper", "table2"], "--json", check=False)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     assert [r["request"] for r in rows] == list(range(1, 10)), out.stdout + out.stderr

@@ -1,0 +1,32 @@
+"""The event loop a service runs on: uvloop (libuv's loop, written in C) unless asked
+for the standard library's. A small traffic unit's cost on a backend is mostly gRPC
+messages and the loop's turns around them, and uvloop spends less CPU on those
+(docs/profile.md, "The event loop")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+CHOICES = ("uvloop", "asyncio")
+
+
+def run(main: Coroutine[Any, Any, T], loop: str = "uvloop") -> T:
+    """Run `main` to its end on a new loop of the kind named (one of CHOICES)."""
+    if loop not in CHOICES:
+        raise ValueError(f"event loop {loop!r}: expected one of {', '.join(CHOICES)}")
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if loop == "uvloop":
+        import uvloop
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
+
+
+def running() -> str:
+    """The kind of the running loop, as CHOICES names it."""
+    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") \
+        else "asyncio"
