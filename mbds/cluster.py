@@ -219,14 +219,19 @@ class LocalCluster:
 
     def restart_backend(self, i: int, env: dict[str, str] | None = None) -> None:
         """Start backend i again on its old port (its data directory is kept), with `env`
-        added to its environment (e.g. MBDS_FAULTS, mbds/faults.py)."""
+        added to its environment (e.g. MBDS_FAULTS, mbds/faults.py). The old process
+        must have ended: it holds the directory and the port."""
+        _ended_already(self.backends[i])
+
         def start(port: int) -> None:
             self.backends[i] = self.start_backend(i, port, env)
         _on_old_port(start, self.backends[i].address or "")
 
     def restart_controller(self, env: dict[str, str] | None = None) -> None:
         """Start the controller again on its old port (its decision log is kept), with
-        `env` added to its environment."""
+        `env` added to its environment. The old process must have ended."""
+        if self.controller is not None:
+            _ended_already(self.controller)
         _on_old_port(lambda port: self.start_controller(port, env), self.address)
 
     def stop(self) -> None:
@@ -245,6 +250,12 @@ class LocalCluster:
     def logs(self) -> str:
         procs = ([self.controller] if self.controller else []) + self.backends
         return "\n".join(f"--- {p.name}\n" + "\n".join(p.tail) for p in procs)
+
+
+def _ended_already(proc: Proc) -> None:
+    if proc.popen.poll() is None:
+        raise ProcessFailed(f"{proc.name} is still running: stop or kill it before "
+                            "starting it again")
 
 
 def _on_old_port(start: Callable[[int], None], address: str) -> None:

@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from mbds.cluster import ProcessFailed
 from mbds.dirlock import DirInUse, hold, try_hold
 from tests.conftest import CENSUS_YAML, Running
 
@@ -84,3 +87,18 @@ def test_a_directory_is_held_once_per_process_and_freed_with_it(tmp_path: Path) 
     assert out[0] == "b1"                              # b0 is taken: the next free slot
     assert "is in use by another process" in out[1], out
     assert DirInUse.__doc__
+
+
+def test_a_local_cluster_restarts_only_a_process_that_has_ended(cluster_factory) -> None:
+    r: Running = cluster_factory(1)
+    r.client.define(CENSUS_YAML)
+    r.client.execute(ROWS)
+    running = r.cluster.backends[0]
+    with pytest.raises(ProcessFailed, match="backend b0 is still running"):
+        r.cluster.restart_backend(0)
+    with pytest.raises(ProcessFailed, match="controller is still running"):
+        r.cluster.restart_controller()
+    assert r.cluster.backends[0] is running and running.popen.poll() is None
+    running.stop()
+    r.cluster.restart_backend(0)
+    assert len(_cities(r)) == 6
