@@ -7,6 +7,7 @@ talking gRPC, each backend with its own SQLite file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -84,10 +85,16 @@ class Proc:
         self._ready.set()
 
     def wait_ready(self, timeout: float) -> str:
-        if not self._ready.wait(timeout) or self.address is None:
-            raise ProcessFailed(f"{self.name} did not start within {timeout:g}s:\n"
-                                + "\n".join(self.tail))
-        return self.address
+        ended = self._ready.wait(timeout)
+        if ended and self.address is not None:
+            return self.address
+        code = None
+        if ended:                  # its output ended before it listened: it is exiting
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.popen.wait(5)
+        why = f"exited with code {code}" if code is not None else \
+            f"did not start within {timeout:g}s"
+        raise ProcessFailed(f"{self.name} {why}:\n" + "\n".join(self.tail))
 
     def signal(self, sig: int) -> None:
         if self.popen.poll() is None:

@@ -99,6 +99,10 @@ def test_a_local_cluster_restarts_only_a_process_that_has_ended(cluster_factory)
     with pytest.raises(ProcessFailed, match="controller is still running"):
         r.cluster.restart_controller()
     assert r.cluster.backends[0] is running and running.popen.poll() is None
+    # A second backend on b0's directory fails at once, and says how it ended.
+    with pytest.raises(ProcessFailed, match=r"(?s)backend b0 exited with code 1:.*b0 is "
+                                            r"in use by another process"):
+        r.cluster.start_backend(0)
     running.stop()
     r.cluster.restart_backend(0)
     assert len(_cities(r)) == 6
