@@ -4,14 +4,14 @@
 (the paper's database, scale 1), the cluster stops, and a `BackendNode` on the same
 SQLite file runs the request's traffic unit here, handed to it directly as its bus
 reader would, one unit after another: DM's two stages, CC, RECP and SQLite, the
-metrics, the event loop's turns between them. This process's CPU time per unit is the
+metrics, the event loop's turns between them (on the loop the services run on,
+`mbds/eventloop.py`). This process's CPU time per unit is the
 part of a backend's figure that is not messages; unlike the whole cluster's figures,
 it does not depend on how four processes share the machine's cores.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from backend.store import Store
 from controller.reqp import Reqp
 from loadgen import paper_db as P
 from loadgen.common import local_cluster_procs
+from mbds import eventloop
 from mbds.client import Client
 from mbds.proto import mbds_pb2 as pb
 
@@ -69,5 +70,5 @@ def measure(text: str, units: int, warmup: int) -> dict[str, Any]:
         with Client(cluster.address) as client:
             P.load(client, 1)
         cluster.stop()          # the file is this process's alone from here
-        cpu = asyncio.run(_run(cluster.data_dir / "b0", text, units, warmup))
+        cpu = eventloop.run(_run(cluster.data_dir / "b0", text, units, warmup))
     return {"alone": True, "units": units, "backend_cpu_ms": cpu}

@@ -3,7 +3,8 @@
 A backend's share of a small unit is at least one bus message in and one reply out,
 the controller's at least a client message and a bus message each way. This measures
 what one such round trip costs when nothing else happens: a server process that
-echoes each message of a bidirectional stream (grpc.aio, as the services are) and
+echoes each message of a bidirectional stream (grpc.aio on the services' event loop,
+`mbds/eventloop.py`) and
 this process sending one small message and awaiting its echo, over mutual TLS with
 certificates of the cluster's kind (as the internal links are) or plaintext (as the
 client port on loopback). CPU per round trip is each process's scheduler count, as in
@@ -14,7 +15,6 @@ client port on loopback). CPU per round trip is each process's scheduler count, 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import statistics
 import subprocess
@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 
 from loadgen.cpu import run_ms
-from mbds import tls
+from mbds import eventloop, tls
 
 METHOD = "/floor.Echo/Stream"
 PAYLOAD = b"x" * 100          # about a small unit's bus message
@@ -108,13 +108,13 @@ def measure(n: int = 2000, warmup: int = 200) -> list[dict[str, Any]]:
         tls.make(certs)
         for name, tls_dir in (("plaintext", None), ("mutual TLS", certs)):
             with _server(tls_dir) as (proc, port):
-                got = asyncio.run(_round_trips(port, tls_dir, n, warmup, proc.pid))
+                got = eventloop.run(_round_trips(port, tls_dir, n, warmup, proc.pid))
             rows.append({"transport": name, "round_trips": n, **got})
     return rows
 
 
 if __name__ == "__main__":
     if len(sys.argv) in (2, 3) and sys.argv[1] == "serve":
-        asyncio.run(_serve(Path(sys.argv[2]) if len(sys.argv) > 2 else None))
+        eventloop.run(_serve(Path(sys.argv[2]) if len(sys.argv) > 2 else None))
     else:
         sys.exit("usage: python3 -m loadgen.grpc_floor serve [TLS_DIR]")

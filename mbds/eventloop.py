@@ -6,16 +6,26 @@ messages and the loop's turns around them, and uvloop spends less CPU on those
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 CHOICES = ("uvloop", "asyncio")
+ENV = "MBDS_EVENT_LOOP"         # what --event-loop reads, and measuring code follows
 
 
-def run(main: Coroutine[Any, Any, T], loop: str = "uvloop") -> T:
-    """Run `main` to its end on a new loop of the kind named (one of CHOICES)."""
+def configured() -> str:
+    """The loop the environment asks for (MBDS_EVENT_LOOP), uvloop by default: what
+    the services run on, so that what measures them in process runs on it too."""
+    return os.environ.get(ENV) or "uvloop"
+
+
+def run(main: Coroutine[Any, Any, T], loop: str | None = None) -> T:
+    """Run `main` to its end on a new loop of the kind named (one of CHOICES; default:
+    `configured()`)."""
+    loop = loop or configured()
     if loop not in CHOICES:
         raise ValueError(f"event loop {loop!r}: expected one of {', '.join(CHOICES)}")
     factory: Callable[[], asyncio.AbstractEventLoop] | None = None

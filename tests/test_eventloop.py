@@ -24,6 +24,13 @@ def test_run_uses_the_loop_it_names(kind: str) -> None:
     assert eventloop.run(_kind(), kind) == kind
 
 
+def test_without_a_name_the_environment_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(eventloop.ENV, raising=False)
+    assert eventloop.run(_kind()) == "uvloop"
+    monkeypatch.setenv(eventloop.ENV, "asyncio")
+    assert eventloop.run(_kind()) == "asyncio"
+
+
 def test_an_unknown_loop_is_refused_with_the_choices() -> None:
     coro = _kind()
     with pytest.raises(ValueError, match="'tornado'.*uvloop, asyncio"):
