@@ -22,7 +22,7 @@ split_search_option = click.option(
          "ones are searched whole on every backend.")
 
 event_loop_option = click.option(
-    "--event-loop", type=click.Choice(eventloop.CHOICES), default="uvloop",
+    "--event-loop", type=click.Choice(eventloop.CHOICES), default=eventloop.DEFAULT,
     envvar=eventloop.ENV, show_default=True,
     help="The service's event loop: uvloop (libuv's, in C; less CPU per message) or "
          "the standard library's asyncio (env MBDS_EVENT_LOOP).")

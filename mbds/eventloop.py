@@ -13,13 +13,14 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 CHOICES = ("uvloop", "asyncio")
+DEFAULT = "uvloop"
 ENV = "MBDS_EVENT_LOOP"         # what --event-loop reads, and measuring code follows
 
 
 def configured() -> str:
     """The loop the environment asks for (MBDS_EVENT_LOOP), uvloop by default: what
     the services run on, so that what measures them in process runs on it too."""
-    return os.environ.get(ENV) or "uvloop"
+    return os.environ.get(ENV) or DEFAULT
 
 
 def run(main: Coroutine[Any, Any, T], loop: str | None = None) -> T:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mbds.cluster import ProcessFailed
-from mbds.dirlock import DirInUse, hold, try_hold
+from mbds.dirlock import hold, try_hold
 from tests.conftest import CENSUS_YAML, Running
 
 ROWS = "[" + "; ".join(f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i}>, <STATE, CA>)"
@@ -86,7 +86,6 @@ def test_a_directory_is_held_once_per_process_and_freed_with_it(tmp_path: Path) 
                          text=True, timeout=60, check=True).stdout.splitlines()
     assert out[0] == "b1"                              # b0 is taken: the next free slot
     assert "is in use by another process" in out[1], out
-    assert DirInUse.__doc__
 
 
 def test_a_local_cluster_restarts_only_a_process_that_has_ended(cluster_factory) -> None:
