@@ -24,7 +24,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Multiple-granularity modes (Gray's): a unit that reads every cluster of a file
 # takes the file in S instead of each cluster, one that writes them all takes it in
@@ -53,8 +53,15 @@ class _Request:
 class _LockSet:
     owner: Hashable
     requests: dict[Hashable, _Request]
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    queued_at: float = field(default_factory=time.perf_counter)
+    ready: bool = False              # every lock of the set is granted
+    # Made only for a set that has to wait: most sets are granted as they are queued.
+    waiter: asyncio.Future[None] | None = None
+    queued_at: float = 0.0
+
+    def complete(self) -> None:
+        self.ready = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
 
 class LockTable:
@@ -84,16 +91,24 @@ class LockTable:
                 queued.append(res)
         self._sets[handle] = ls
         if queued:
+            ls.queued_at = time.perf_counter()
             self._grant(queued)
-        # Every lock granted at once (or nothing to lock here, e.g. no records of it).
-        if not ls.ready.is_set() and all(r.granted for r in ls.requests.values()):
-            ls.ready.set()
+        else:
+            ls.ready = True     # every lock granted at once (or nothing to lock here)
         return handle
+
+    def granted(self, handle: tuple[Hashable, int]) -> bool:
+        """Does the set hold every lock it asked for?"""
+        return self._sets[handle].ready
 
     async def wait(self, handle: tuple[Hashable, int]) -> float:
         """Wait until the whole set is granted; returns the seconds waited."""
         ls = self._sets[handle]
-        await ls.ready.wait()
+        if ls.ready:
+            return 0.0 if not ls.queued_at else time.perf_counter() - ls.queued_at
+        if ls.waiter is None:
+            ls.waiter = asyncio.get_running_loop().create_future()
+        await ls.waiter
         return time.perf_counter() - ls.queued_at
 
     async def acquire(self, owner: Hashable, wants: dict[Hashable, str]) -> tuple[Hashable, int]:
@@ -138,5 +153,5 @@ class LockTable:
                 if X in ahead:
                     break           # nothing behind an exclusive request can be granted
         for ls in touched:
-            if not ls.ready.is_set() and all(r.granted for r in ls.requests.values()):
-                ls.ready.set()
+            if not ls.ready and all(r.granted for r in ls.requests.values()):
+                ls.complete()

@@ -59,12 +59,22 @@ class IdExchange:
         st.peer_ids[msg.from_index] = list(msg.results)
         st.peers_in.set()          # stage 2 checks whether every sender is in
 
+    def _awaited(self, tu: pb.TrafficUnit) -> set[int]:
+        """The peers whose ids this backend waits for before cluster search."""
+        return set(self.senders(tu)) - {self.config.index} if self.split(tu) else set()
+
+    def gathered(self, st: TuState) -> bool:
+        """Are the ids of every predicate here (nothing for stage 2 to wait for)?"""
+        assert st.tu is not None
+        return self._awaited(st.tu) <= st.peer_ids.keys()
+
     async def gather(self, st: TuState) -> DescriptorResults:
         """The ids of every predicate: this backend's own and, once they are in, its
         peers'. Raises `Cancelled` if the unit is aborted meanwhile."""
         assert st.tu is not None
-        if self.split(st.tu):
-            await self._wait(st, set(self.senders(st.tu)) - {self.config.index})
+        senders = self._awaited(st.tu)
+        if not senders <= st.peer_ids.keys():
+            await self._wait(st, senders)
         if not st.peer_ids:
             return st.found
         found = dict(st.found)

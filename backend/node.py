@@ -83,8 +83,11 @@ class BackendNode:
         self.result_timeout = result_timeout
         self.loop = asyncio.get_running_loop()
         self._h = handler_timer(name)
+        self._lock_waits = {kind: metrics.child(metrics.LOCK_WAIT_SECONDS, kind, name)
+                            for kind in ("attribute", "directory", "did_group", "cluster")}
         self.execution = Execution(name, store, self.directory, self.loop, iig, self._h,
                                    result_timeout=result_timeout)
+        self._stage2_idle = False      # the stage-2 loop waits for the next unit
         self._stage2_task = asyncio.create_task(self._stage2_loop())
         self.metrics_port = 0
 
@@ -112,8 +115,8 @@ class BackendNode:
     async def _acquire(self, kind: str, owner: Hashable,
                        wants: dict[Hashable, str]) -> tuple[Hashable, int]:
         handle = self.cc.request(owner, wants)
-        waited = await self.cc.wait(handle)
-        metrics.child(metrics.LOCK_WAIT_SECONDS, kind, self.name).observe(waited)
+        waited = 0.0 if self.cc.granted(handle) else await self.cc.wait(handle)
+        self._lock_waits[kind].observe(waited)
         return handle
 
     # ------------------------------------------------------------ directory --
@@ -181,7 +184,12 @@ class BackendNode:
             self.exchange.send(tu, st.found)
         with self._h("cc.attribute_release"):
             self.cc.release(handle)
-        self.stage2.put((key, st))
+        if self._stage2_idle and not self.stage2.items and self.exchange.gathered(st):
+            # Nothing is in or waiting for stage 2 and nothing is to be waited for: the
+            # unit goes through stage 2 here, in bus order, without a hand-over.
+            await self._run_stage2(key, st)
+        else:
+            self.stage2.put((key, st))
 
     async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> Future[None] | None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
@@ -238,14 +246,19 @@ class BackendNode:
     # ------------------------------------------------------------- stage 2 --
     async def _stage2_loop(self) -> None:
         while True:
+            self._stage2_idle = True
             key, st = await self.stage2.get()
-            try:
-                await self._stage2(key, st)
-            except Cancelled:
-                await self._finish(st, error=self._aborted(st))
-            except Exception as e:  # report any failure to PP, keep serving
-                log.exception("stage 2 failed for %s", key)
-                await self._finish(st, error=f"backend {self.name}: {e}")
+            self._stage2_idle = False
+            await self._run_stage2(key, st)
+
+    async def _run_stage2(self, key: tuple[str, int], st: TuState) -> None:
+        try:
+            await self._stage2(key, st)
+        except Cancelled:
+            await self._finish(st, error=self._aborted(st))
+        except Exception as e:  # report any failure to PP, keep serving
+            log.exception("stage 2 failed for %s", key)
+            await self._finish(st, error=f"backend {self.name}: {e}")
 
     async def _stage2(self, key: tuple[str, int], st: TuState) -> None:
         tu = st.tu
@@ -282,8 +295,8 @@ class BackendNode:
     async def _execute(self, key: tuple[str, int], st: TuState, plans: list[RequestPlan],
                        lock: tuple[Hashable, int]) -> None:
         try:
-            waited = await self.cc.wait(lock)
-            metrics.child(metrics.LOCK_WAIT_SECONDS, "cluster", self.name).observe(waited)
+            waited = 0.0 if self.cc.granted(lock) else await self.cc.wait(lock)
+            self._lock_waits["cluster"].observe(waited)
             with self._h("dm.clusters_locked"):
                 writes = any(p.request.op in WRITES for p in plans)
             queued = time.perf_counter()

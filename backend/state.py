@@ -23,8 +23,10 @@ def handler_timer(backend: str) -> Timer:
     add up to its time."""
     names: dict[str, tuple[str, str]] = {}
 
+    timing = metrics.TIMING
+
     def timer(handler: str) -> AbstractContextManager[object]:
-        if not metrics.internal_timing():
+        if not timing.on:
             return metrics.NOOP
         split = names.get(handler)
         if split is None:

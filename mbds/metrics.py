@@ -52,7 +52,15 @@ PLAN_CACHE = Counter(
 RECORDS_PROCESSED = Counter(
     "mbds_records_processed_total", "Records retrieved or changed by RECP", ["op", "backend"])
 
-_enabled = True
+class _Switch:
+    """Internal timing on or off: an attribute the handler timers read, not a call."""
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = True
+
+
+TIMING = _Switch()
 NOOP = contextlib.nullcontext()     # every handler's timer while internal timing is off
 
 # Label children by label values. `labels()` validates and locks on every call, which a
@@ -71,12 +79,11 @@ def child(metric: Any, *labels: str) -> Any:
 
 
 def set_internal_timing(on: bool) -> None:
-    global _enabled
-    _enabled = on
+    TIMING.on = on
 
 
 def internal_timing() -> bool:
-    return _enabled
+    return TIMING.on
 
 
 class _Span:
@@ -97,12 +104,12 @@ class _Span:
 
 def handler(process: str, name: str, backend: str = "") -> contextlib.AbstractContextManager:
     """Time one message handler, e.g. `with handler("DM", "descriptor_search", "b0"):`."""
-    if not _enabled:
+    if not TIMING.on:
         return NOOP
     return _Span(child(HANDLER_SECONDS, process, name, backend))
 
 
 def observe_handler(process: str, name: str, backend: str, seconds: float) -> None:
     """Record a handler's time measured by the caller (when internal timing is on)."""
-    if _enabled:
+    if TIMING.on:
         child(HANDLER_SECONDS, process, name, backend).observe(seconds)

@@ -14,7 +14,7 @@ from tests.inproc import lock_set as census_lock_set
 
 
 def granted(t: LockTable, handle) -> bool:
-    return t._sets[handle].ready.is_set()
+    return t.granted(handle)
 
 
 def test_shared_locks_are_compatible() -> None:
@@ -51,6 +51,24 @@ def test_whole_set_granted_at_once_and_no_deadlock_in_opposite_orders() -> None:
         await asyncio.wait_for(t.wait(b), 1)
         t.release(b)
         assert t.holders() == {}
+    asyncio.run(go())
+
+
+def test_a_set_granted_as_queued_waits_for_nothing_and_a_blocked_one_for_its_grant() -> None:
+    """`wait` returns at once, with no wait counted, for a set granted when it was
+    queued; a set queued behind another returns only once the other is released, with
+    the time it waited."""
+    async def go() -> None:
+        t = LockTable()
+        a = t.request("A", {("cluster", 1): X, ("cluster", 2): S})
+        b = t.request("B", {("cluster", 2): S, ("cluster", 1): S})
+        assert await t.wait(a) == 0.0
+        waiting = asyncio.ensure_future(t.wait(b))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        t.release(a)
+        assert await asyncio.wait_for(waiting, 1) >= 0.01
+        assert granted(t, b)
     asyncio.run(go())
 
 

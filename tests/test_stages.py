@@ -1,0 +1,123 @@
+"""DM's two stages on one backend, in process: stage 2 keeps the bus order whether a
+unit goes through it in the bus reader's own turn or is handed to the stage-2 loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from pathlib import Path
+
+import pytest
+
+from backend import dm
+from backend.links import IigClient, PeerLinks
+from backend.node import BackendNode
+from backend.state import BusOut
+from backend.store import Store
+from mbds.proto import mbds_pb2 as pb
+from mbds.traffic import predicate_count
+from tests.inproc import census, unit
+
+# Two predicates with directory attributes: on two backends each searches one of them.
+TEXT = "RETRIEVE ((FILE = Census) and (POP > 100) and (STATE = CA)) (CITY)"
+
+
+class _Peers(PeerLinks):
+    """Peer streams that go nowhere: what this backend broadcasts is only kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[pb.DescriptorIds] = []
+
+    def configure(self, peers: list[str], my_index: int) -> None:
+        self.targets = [a for i, a in enumerate(peers) if i != my_index]
+
+    def broadcast(self, msg: pb.DescriptorIds) -> None:
+        self.sent.append(msg)
+
+
+async def _node(tmp_path: Path, backends: int) -> tuple[BackendNode, BusOut, list[Hashable]]:
+    node = BackendNode("b0", Store(tmp_path / "backend.db"), peers=_Peers(),
+                       iig=IigClient("b0"))
+    await asyncio.sleep(0)        # the stage-2 loop starts and waits for a unit
+    directory, _ = census()
+    await node.apply_directory(directory.to_update())
+    bus = BusOut()
+    node.on_hello(pb.BusHello(epoch="e", backend_index=0, peers=[
+        f"127.0.0.1:{1 + i}" for i in range(backends)]), bus)
+    owners: list[Hashable] = []       # whose lock set CC was asked for, in order
+    request = node.cc.request
+
+    def logged(owner: Hashable, wants: dict[Hashable, str]) -> tuple[Hashable, int]:
+        owners.append(owner)
+        return request(owner, wants)
+    node.cc.request = logged          # type: ignore[method-assign]
+    return node, bus, owners
+
+
+def _unit(seq: int, split: bool) -> pb.TrafficUnit:
+    directory, _ = census()
+    tu = unit(directory, TEXT)
+    tu.seq = seq
+    tu.predicate_count = predicate_count(tu.requests)
+    tu.split_search = split
+    return tu
+
+
+def _peer_ids(seq: int) -> pb.DescriptorIds:
+    """What backend 1 of 2 sends for unit `seq`: its share of descriptor search."""
+    directory, _ = census()
+    found = dm.descriptor_search(directory, _unit(seq, True), 1, 2)
+    return pb.DescriptorIds(epoch="e", seq=seq, from_index=1, results=dm.to_pb_results(found))
+
+
+async def _answers(bus: BusOut, units: int) -> list[tuple[int, str]]:
+    got: list[tuple[int, str]] = []
+    while sum(kind in ("committed", "error") for _, kind in got) < units:
+        for msg in await asyncio.wait_for(bus.queue.take(), 5):
+            assert msg is not None
+            got.append((msg.seq, msg.WhichOneof("body")))
+    return got
+
+
+def test_a_unit_with_nothing_to_wait_for_goes_through_stage_2_in_the_readers_turn(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        node, bus, owners = await _node(tmp_path, backends=1)
+        tu = _unit(1, split=False)
+        await node.on_traffic_unit(tu, bus)
+        st = node.tus[("e", 1)]
+        # Stage 2 is done when stage 1 returns: its cluster lock set is queued and the
+        # unit's execution is under way; nothing was handed to the stage-2 loop.
+        assert st.task is not None and not node.stage2.items
+        assert owners == [("e", 1)] * 3       # attribute, did-group and cluster sets
+        assert (1, "committed") in await _answers(bus, 1)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("taken", [True, False], ids=["in-stage-2", "still-queued"])
+def test_a_unit_whose_ids_are_in_does_not_pass_one_that_waits_for_its_peers(
+        tmp_path: Path, taken: bool) -> None:
+    """Unit 1 waits for its peer's ids, in stage 2 or still queued for it; unit 2's ids
+    came first. Unit 2 must still take its did-group and cluster locks after unit 1 does
+    (bus order), or two backends could queue conflicting units in different orders."""
+    async def scenario() -> None:
+        node, bus, owners = await _node(tmp_path, backends=2)
+        await node.on_traffic_unit(_unit(1, split=True), bus)
+        if taken:
+            await asyncio.sleep(0)          # the stage-2 loop takes unit 1 and waits
+        node.on_peer_ids(_peer_ids(2))      # unit 2's ids before unit 2 itself
+        await node.on_traffic_unit(_unit(2, split=True), bus)
+        await asyncio.sleep(0)
+        assert node.tus[("e", 2)].task is None      # not before unit 1
+        node.on_peer_ids(_peer_ids(1))
+        answers = await _answers(bus, 2)
+        assert owners[:2] == [("e", 1), ("e", 2)]   # stage 1's attribute sets
+        assert owners[2:] == [("e", 1), ("e", 1), ("e", 2), ("e", 2)]
+        assert {seq for seq, kind in answers if kind == "committed"} == {1, 2}
+        assert len(node.exchange.peers.sent) == 2     # type: ignore[attr-defined]
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
