@@ -8,6 +8,13 @@ metrics, the event loop's turns between them (on the loop the services run on,
 `mbds/eventloop.py`). This process's CPU time per unit is the
 part of a backend's figure that is not messages; unlike the whole cluster's figures,
 it does not depend on how four processes share the machine's cores.
+
+    python3 -m loadgen.backend_alone DATA_DIR UNITS [--request N]
+
+runs it on a stopped backend's directory that is already loaded; under
+`valgrind --tool=cachegrind`, the difference of two runs' instruction counts over
+their difference in UNITS is a figure that does not move with the machine's load
+(docs/profile.md).
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+
+import click
 
 from backend.links import IigClient, PeerLinks
 from backend.node import BackendNode
@@ -72,3 +81,20 @@ def measure(text: str, units: int, warmup: int) -> dict[str, Any]:
         cluster.stop()          # the file is this process's alone from here
         cpu = eventloop.run(_run(cluster.data_dir / "b0", text, units, warmup))
     return {"alone": True, "units": units, "backend_cpu_ms": cpu}
+
+
+@click.command()
+@click.argument("data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("units", type=click.IntRange(1))
+@click.option("--request", "which", type=click.IntRange(1, len(P.REQUESTS)), default=1,
+              show_default=True, help="The paper's request to run (scale 1).")
+@click.option("--warmup", type=click.IntRange(0), default=100, show_default=True)
+def main(data_dir: Path, units: int, which: int, warmup: int) -> None:
+    """Run a request's traffic unit UNITS times on the backend files in DATA_DIR (one
+    backend's directory, its process stopped) and print the CPU ms per unit."""
+    text = P.REQUESTS[which - 1].abdl(1)
+    click.echo(f"{eventloop.run(_run(data_dir, text, units, warmup)):.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 """CC's lock table: shared/exclusive semantics, FIFO order, whole-set grants."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -60,6 +61,7 @@ def test_a_set_granted_as_queued_waits_for_nothing_and_a_blocked_one_for_its_gra
     the time it waited."""
     async def go() -> None:
         t = LockTable()
+        t0 = time.perf_counter()
         a = t.request("A", {("cluster", 1): X, ("cluster", 2): S})
         b = t.request("B", {("cluster", 2): S, ("cluster", 1): S})
         assert await t.wait(a) == 0.0
@@ -67,8 +69,16 @@ def test_a_set_granted_as_queued_waits_for_nothing_and_a_blocked_one_for_its_gra
         await asyncio.sleep(0.01)
         assert not waiting.done()
         t.release(a)
-        assert await asyncio.wait_for(waiting, 1) >= 0.01
+        assert 0.01 <= await asyncio.wait_for(waiting, 1) <= time.perf_counter() - t0
         assert granted(t, b)
+        # Granted before anyone waits for it: the wait is still the time it was queued.
+        t1 = time.perf_counter()
+        c = t.request("C", {("cluster", 3): X})
+        d = t.request("D", {("cluster", 3): X})
+        await asyncio.sleep(0.01)
+        t.release(c)
+        assert granted(t, d)
+        assert 0.01 <= await t.wait(d) <= time.perf_counter() - t1
     asyncio.run(go())
 
 

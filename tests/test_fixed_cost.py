@@ -49,6 +49,24 @@ def _records_processed() -> float:
                if s.name.endswith("_total"))
 
 
+def test_alone_runs_on_a_stopped_backends_directory(tmp_path) -> None:
+    """`python -m loadgen.backend_alone DIR UNITS`: the figure counted under valgrind."""
+    from loadgen import backend_alone
+    from loadgen import paper_db as P
+    from loadgen.common import local_cluster_procs
+    from mbds.client import Client
+    with local_cluster_procs(1) as cluster:
+        with Client(cluster.address) as client:
+            P.load(client, 1)
+        cluster.stop()
+        result = CliRunner().invoke(backend_alone.main, [
+            str(cluster.data_dir / "b0"), "30", "--warmup", "5", "--request", "2"])
+        assert result.exit_code == 0, result.output
+        assert 0.001 < float(result.output) < 1000
+        refused = CliRunner().invoke(backend_alone.main, [str(tmp_path / "none"), "30"])
+        assert refused.exit_code == 2 and "does not exist" in refused.output
+
+
 def test_alone_runs_the_units_on_a_backend_in_this_process() -> None:
     before = _records_processed()
     result = CliRunner().invoke(fixed_cost.fixed_cost, [
