@@ -295,7 +295,7 @@ class BackendNode:
     async def _execute(self, key: tuple[str, int], st: TuState, plans: list[RequestPlan],
                        lock: tuple[Hashable, int]) -> None:
         try:
-            waited = 0.0 if self.cc.granted(lock) else await self.cc.wait(lock)
+            waited = await self.cc.wait(lock)     # its time queued, if granted meanwhile
             self._lock_waits["cluster"].observe(waited)
             with self._h("dm.clusters_locked"):
                 writes = any(p.request.op in WRITES for p in plans)
