@@ -87,7 +87,6 @@ class BackendNode:
                             for kind in ("attribute", "directory", "did_group", "cluster")}
         self.execution = Execution(name, store, self.directory, self.loop, iig, self._h,
                                    result_timeout=result_timeout)
-        self._stage2_idle = False      # the stage-2 loop waits for the next unit
         self._stage2_task = asyncio.create_task(self._stage2_loop())
         self.metrics_port = 0
 
@@ -115,8 +114,7 @@ class BackendNode:
     async def _acquire(self, kind: str, owner: Hashable,
                        wants: dict[Hashable, str]) -> tuple[Hashable, int]:
         handle = self.cc.request(owner, wants)
-        waited = 0.0 if self.cc.granted(handle) else await self.cc.wait(handle)
-        self._lock_waits[kind].observe(waited)
+        self._lock_waits[kind].observe(await self.cc.wait(handle))
         return handle
 
     # ------------------------------------------------------------ directory --
@@ -184,7 +182,7 @@ class BackendNode:
             self.exchange.send(tu, st.found)
         with self._h("cc.attribute_release"):
             self.cc.release(handle)
-        if self._stage2_idle and not self.stage2.items and self.exchange.gathered(st):
+        if self.stage2.idle and self.exchange.gathered(st):
             # Nothing is in or waiting for stage 2 and nothing is to be waited for: the
             # unit goes through stage 2 here, in bus order, without a hand-over.
             await self._run_stage2(key, st)
@@ -246,9 +244,7 @@ class BackendNode:
     # ------------------------------------------------------------- stage 2 --
     async def _stage2_loop(self) -> None:
         while True:
-            self._stage2_idle = True
             key, st = await self.stage2.get()
-            self._stage2_idle = False
             await self._run_stage2(key, st)
 
     async def _run_stage2(self, key: tuple[str, int], st: TuState) -> None:
@@ -295,8 +291,7 @@ class BackendNode:
     async def _execute(self, key: tuple[str, int], st: TuState, plans: list[RequestPlan],
                        lock: tuple[Hashable, int]) -> None:
         try:
-            waited = await self.cc.wait(lock)     # its time queued, if granted meanwhile
-            self._lock_waits["cluster"].observe(waited)
+            self._lock_waits["cluster"].observe(await self.cc.wait(lock))
             with self._h("dm.clusters_locked"):
                 writes = any(p.request.op in WRITES for p in plans)
             queued = time.perf_counter()

@@ -1,6 +1,6 @@
 """The event loop a service runs on: uvloop (libuv's loop, written in C) unless asked
-for the standard library's. A small traffic unit's cost on a backend is mostly gRPC
-messages and the loop's turns around them, and uvloop spends less CPU on those
+for the standard library's. A small traffic unit takes many turns of the loop (gRPC's
+callbacks, the tasks of DM's stages, the buses), and uvloop's cost less CPU
 (docs/profile.md, "The event loop")."""
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ class Mailbox(Generic[T]):
         self.items: deque[T] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
+    @property
+    def idle(self) -> bool:
+        """Its reader is waiting for the next item, and nothing is waiting for it."""
+        return self._waiter is not None and not self.items
+
     def put(self, item: T) -> None:
         self.items.append(item)
         waiter = self._waiter

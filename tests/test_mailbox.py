@@ -13,12 +13,15 @@ def test_a_reader_takes_everything_put_in_order_and_waits_when_empty() -> None:
         box.put(1)
         box.put(2)
         assert list(await box.take()) == [1, 2]
+        assert not box.idle                      # no reader waits
         reader = asyncio.ensure_future(box.take())
         await asyncio.sleep(0)
-        assert not reader.done()                 # nothing there: it waits
+        assert not reader.done() and box.idle    # nothing there: it waits
         box.put(3)
+        assert not box.idle                      # woken, not yet taken
         box.put(None)
         assert list(await reader) == [3, None]   # woken once, takes both
+        assert not box.idle
         box.put(4)
         box.put(5)
         assert await box.get() == 4              # one at a time, oldest first
