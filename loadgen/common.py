@@ -109,7 +109,8 @@ def local_cluster(backends: int, **kw: Any) -> Iterator[str]:
 @contextmanager
 def local_cluster_procs(backends: int, *, backend_cpus: float | None = None,
                         internal_timing: bool = False, synchronous: str = "NORMAL",
-                        in_memory: bool = False, split_search_from: int = 1
+                        in_memory: bool = False, split_search_from: int = 1,
+                        prefix: Sequence[str] = (), start_timeout: float = 30.0
                         ) -> Iterator[LocalCluster]:
     """`local_cluster`, yielding the cluster itself (its processes, for CPU accounting)."""
     with tempfile.TemporaryDirectory(prefix="mbds-bench-") as tmp:
@@ -118,7 +119,8 @@ def local_cluster_procs(backends: int, *, backend_cpus: float | None = None,
         cluster = LocalCluster(Path(tmp), backends, internal_timing=internal_timing,
                                synchronous=synchronous, in_memory=in_memory,
                                backend_cpus=backend_cpus,
-                               split_search_from=split_search_from)
+                               split_search_from=split_search_from,
+                               prefix=prefix, start_timeout=start_timeout)
         cluster.start()
         try:
             yield cluster

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from loadgen import backend_alone, grpc_floor
+from loadgen import backend_alone, grpc_floor, instructions
 from loadgen import paper_db as P
 from loadgen.common import (
     fail,
@@ -96,11 +96,23 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
 @click.option("--alone", is_flag=True, help="Also measure one backend's own work per unit "
               "in this process, without gRPC: a BackendNode on the same data, handed the "
               "traffic unit directly (the part of a backend's figure that is not messages).")
+@click.option("--instructions", "count", is_flag=True, help="Count instructions instead of "
+              "timing: every server process under valgrind's callgrind, instructions per "
+              "unit by process and by library (a figure that does not move with the "
+              "machine's load; needs valgrind).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per cluster size.")
 def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
                internal_timing: str, backend_cpus: float | None,
-               split_search_from: int, floor: bool, alone: bool, as_json: bool) -> None:
+               split_search_from: int, floor: bool, alone: bool, count: bool,
+               as_json: bool) -> None:
     """CPU ms per traffic unit of the controller and each backend, for a small request."""
+    if count:
+        if floor or alone or backend_cpus:
+            raise click.UsageError("--instructions counts instructions; --floor, --alone "
+                                   "and --backend-cpus are for timing runs")
+        _count(backend_counts, which, units, warmup, internal_timing == "on",
+               split_search_from, as_json)
+        return
     floors = grpc_floor.measure(max(units, 1000)) if floor else []
     alones = [backend_alone.measure(REQUESTS[which], max(units, 2000), warmup)] if alone else []
     rows = []
@@ -135,3 +147,31 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
     if alones:
         print_table(f"one backend's own work on {which}, without gRPC (CPU ms per unit, "
                     "in this process)", ["units", "backend_cpu_ms"], alones)
+
+
+def _count(backend_counts: list[int], which: str, units: int, warmup: int,
+           internal_timing: bool, split_search_from: int, as_json: bool) -> None:
+    """`--instructions`: each process's instructions per unit, and by library."""
+    for n in backend_counts:
+        if n < 1:
+            raise click.BadParameter(f"a cluster needs at least one backend, got {n}",
+                                     param_hint="--backends")
+    try:
+        rows = [instructions.measure(n, REQUESTS[which], units, warmup,
+                                     internal_timing=internal_timing,
+                                     split_search_from=split_search_from)
+                for n in backend_counts]
+    except ClientError as e:
+        fail(e)
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps({"request": which, **r}))
+        return
+    libs = [lib for _, lib in instructions.LIBRARIES] + ["other"]
+    for r in rows:
+        table = [{"process": name, "instructions": sum(counts.values()),
+                  **{lib: counts.get(lib, 0) for lib in libs}}
+                 for name, counts in r["by_library"].items()]
+        print_table(f"instructions per traffic unit: {which}, {r['backends']} backend(s), "
+                    f"{r['units']} units (callgrind; the kernel's part not counted)",
+                    ["process", "instructions", *libs], table)

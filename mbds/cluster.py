@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -59,7 +59,8 @@ def signals_held() -> Iterator[None]:
 class Proc:
     """One child process whose output is kept (the tail is shown if it fails)."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, name: str, args: list[str], env: dict[str, str] | None = None,
+                 prefix: Sequence[str] = ()) -> None:
         self.name = name
         self.args = args
         self.tail: deque[str] = deque(maxlen=200)
@@ -67,7 +68,7 @@ class Proc:
         self.metrics_url = ""           # its /metrics, printed before it listens
         self._ready = threading.Event()
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "mbds", *args], stdout=subprocess.PIPE,
+            [*prefix, sys.executable, "-m", "mbds", *args], stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **(env or {}), OWNED: "1"})    # Ctrl-C is left to `stop`
         threading.Thread(target=self._pump, daemon=True).start()
@@ -121,8 +122,13 @@ class LocalCluster:
                  metrics_port: int | None = None, timeout: float = 60.0,
                  backend_cpus: float | None = None, in_memory: bool = False,
                  split_search_from: int = 1, tls: bool = True, client_tls: bool = False,
-                 tokens: Path | None = None) -> None:
+                 tokens: Path | None = None, prefix: Sequence[str] = (),
+                 start_timeout: float = 30.0) -> None:
         self.split_search_from = split_search_from
+        # A command every server process runs under (e.g. valgrind, which also needs a
+        # longer start_timeout): `loadgen/instructions.py`.
+        self.prefix = list(prefix)
+        self.start_timeout = start_timeout
         # Internal links use mutual TLS with certificates made in data_dir/tls; the
         # client port is plaintext on loopback unless client_tls or tokens ask for TLS.
         self.tls_dir = Path(data_dir) / "tls" if tls else None
@@ -174,8 +180,8 @@ class LocalCluster:
         proc: Proc | None = None
         try:
             with signals_held():      # the child is recorded before SIGTERM can unwind
-                proc = Proc(f"backend b{i}", args, env)
-            proc.wait_ready(30)
+                proc = Proc(f"backend b{i}", args, env, self.prefix)
+            proc.wait_ready(self.start_timeout)
             if self.backend_cpus:
                 from mbds.cpulimit import apply
                 self.cgroups.append(apply(proc.popen.pid, self.backend_cpus,
@@ -221,8 +227,8 @@ class LocalCluster:
         if self.tokens is not None:
             args += ["--tokens", str(self.tokens)]
         with signals_held():          # start() stops it if a signal comes after this
-            self.controller = Proc("controller", args, env)
-        self.address = self.controller.wait_ready(60)
+            self.controller = Proc("controller", args, env, self.prefix)
+        self.address = self.controller.wait_ready(2 * self.start_timeout)
 
     def restart_backend(self, i: int, env: dict[str, str] | None = None) -> None:
         """Start backend i again on its old port (its data directory is kept), with `env`

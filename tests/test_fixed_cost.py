@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -143,3 +144,58 @@ def test_floor_is_one_real_round_trip_per_transport() -> None:
         # Both ends did work for every message, and a round trip is neither free nor slow.
         assert 0.005 < f["server_cpu_ms"] < 50 and 0.005 < f["client_cpu_ms"] < 50, f
         assert 0 < f["median_ms"] < 50, f
+
+
+def test_instructions_are_counted_per_process_and_library() -> None:
+    """`--instructions`: every server process under callgrind, counted per unit."""
+    result = CliRunner().invoke(fixed_cost.fixed_cost, [
+        "--backends", "2", "--units", "20", "--warmup", "3", "--instructions", "--json"],
+        catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [row] = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert row["backends"] == 2 and row["units"] == 20
+    for p in ("controller", "b0", "b1"):
+        # A small unit is hundreds of thousands of instructions: more than a few
+        # thousand (counting was on), far fewer than a second's worth.
+        assert 50_000 < row[f"{p}_instructions"] < 50_000_000, row
+        libs = row["by_library"][p]
+        assert sum(libs.values()) == pytest.approx(row[f"{p}_instructions"], abs=10)
+        assert libs["python"] > 0 and libs["grpc"] > 0 and libs["protobuf"] > 0
+    # The backends read the records; the controller reads no SQLite for a retrieval.
+    assert row["by_library"]["b0"]["sqlite"] > 0
+    assert row["by_library"]["controller"].get("sqlite", 0) == 0
+
+
+def test_instructions_refuse_timing_options() -> None:
+    result = CliRunner().invoke(fixed_cost.fixed_cost, ["--instructions", "--alone"])
+    assert result.exit_code == 2 and "--instructions counts instructions" in result.output
+
+
+def test_a_callgrind_dump_is_summed_by_library_without_inclusive_costs(tmp_path) -> None:
+    """Self costs by shared object; a call's line (its callee's inclusive cost) is
+    not counted again, and compressed names refer back to their first mention."""
+    dump = tmp_path / "callgrind.1.1"
+    dump.write_text("\n".join([
+        "events: Ir",
+        "ob=(1) /usr/lib/libpython3.11.so.1.0",
+        "fl=(1) ceval.c",
+        "fn=(1) eval",
+        "10 100",
+        "+2 50",
+        "cob=(2) /site-packages/grpc/_cython/cygrpc.so",
+        "cfn=(2) send",
+        "calls=3 0",
+        "12 7000",
+        "ob=(2)",
+        "fn=(2)",
+        "0 7000",
+        "ob=(3) /usr/lib/x86_64-linux-gnu/libsqlite3.so.0",
+        "fn=(3) step",
+        "* 25",
+        "ob=(1)",
+        "fn=(1)",
+        "11 5",
+        "totals: 7180",
+    ]) + "\n")
+    from loadgen import instructions
+    assert instructions.by_library(dump) == {"python": 155, "grpc": 7000, "sqlite": 25}
