@@ -32,10 +32,6 @@ class IdExchange:
         """Is this unit's descriptor search split over the backends (ids exchanged)?"""
         return len(self.config.peers) > 1 and tu.predicate_count > 0 and tu.split_search
 
-    def share(self, tu: pb.TrafficUnit) -> tuple[int, int]:
-        """(this backend's index, n) of its share of descriptor search; (0, 1): all of it."""
-        return (self.config.index, len(self.config.peers)) if self.split(tu) else (0, 1)
-
     def senders(self, tu: pb.TrafficUnit) -> range:
         """The backends that search a share of this unit's predicates (i mod n = index).
 
@@ -47,9 +43,21 @@ class IdExchange:
         """
         return range(min(tu.predicate_count, len(self.config.peers)))
 
-    def send(self, tu: pb.TrafficUnit, found: DescriptorResults) -> None:
+    def share(self, st: TuState, tu: pb.TrafficUnit) -> tuple[int, int]:
+        """(this backend's index, n) of its share of descriptor search, or (0, 1): all of
+        it. Records on `st` whether it sends ids and whose it waits for, worked out once
+        per unit."""
+        if not self.split(tu):
+            return (0, 1)
+        index = self.config.index
+        senders = self.senders(tu)
+        st.sends = index in senders
+        st.awaited = frozenset(senders).difference((index,))
+        return (index, len(self.config.peers))
+
+    def send(self, st: TuState, tu: pb.TrafficUnit, found: DescriptorResults) -> None:
         """Broadcast this backend's share of the ids, if it searched one."""
-        if self.split(tu) and self.config.index in self.senders(tu):
+        if st.sends:
             self.peers.broadcast(pb.DescriptorIds(
                 epoch=self.config.epoch, seq=tu.seq, from_index=self.config.index,
                 results=dm.to_pb_results(found)))
@@ -57,24 +65,18 @@ class IdExchange:
     @staticmethod
     def received(st: TuState, msg: pb.DescriptorIds) -> None:
         st.peer_ids[msg.from_index] = list(msg.results)
-        st.peers_in.set()          # stage 2 checks whether every sender is in
+        wake(st)                   # stage 2 checks whether every sender is in
 
-    def _awaited(self, tu: pb.TrafficUnit) -> set[int]:
-        """The peers whose ids this backend waits for before cluster search."""
-        return set(self.senders(tu)) - {self.config.index} if self.split(tu) else set()
-
-    def gathered(self, st: TuState) -> bool:
+    @staticmethod
+    def gathered(st: TuState) -> bool:
         """Are the ids of every predicate here (nothing for stage 2 to wait for)?"""
-        assert st.tu is not None
-        return self._awaited(st.tu) <= st.peer_ids.keys()
+        return st.awaited <= st.peer_ids.keys()
 
     async def gather(self, st: TuState) -> DescriptorResults:
         """The ids of every predicate: this backend's own and, once they are in, its
         peers'. Raises `Cancelled` if the unit is aborted meanwhile."""
-        assert st.tu is not None
-        senders = self._awaited(st.tu)
-        if not senders <= st.peer_ids.keys():
-            await self._wait(st, senders)
+        if not st.awaited <= st.peer_ids.keys():
+            await self._wait(st)
         if not st.peer_ids:
             return st.found
         found = dict(st.found)
@@ -82,15 +84,34 @@ class IdExchange:
             found.update(dm.from_pb_results(msgs))
         return found
 
-    async def _wait(self, st: TuState, senders: set[int]) -> None:
+    async def _wait(self, st: TuState) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        timer = loop.call_at(deadline, _time_out, st)
         try:
-            async with asyncio.timeout(self.timeout):
-                while not senders <= st.peer_ids.keys():
-                    if st.cancelled:   # e.g. the peer crashed and PP aborted the unit:
-                        raise Cancelled(st.cancelled)   # later units must not wait too
-                    st.peers_in.clear()
-                    await st.peers_in.wait()
+            while not st.awaited <= st.peer_ids.keys():
+                if st.cancelled:   # e.g. the peer crashed and PP aborted the unit:
+                    raise Cancelled(st.cancelled)   # later units must not wait too
+                if loop.time() >= deadline:     # (the timer may find it already woken)
+                    raise TimeoutError
+                st.peers_in = loop.create_future()
+                await st.peers_in
         except TimeoutError:
-            missing = sorted(senders - st.peer_ids.keys())
+            missing = sorted(st.awaited - st.peer_ids.keys())
             raise RuntimeError("no descriptor ids from backend(s) at "
                                + ", ".join(self.config.peers[i] for i in missing)) from None
+        finally:
+            timer.cancel()
+            st.peers_in = None
+
+
+def wake(st: TuState) -> None:
+    """Wake the unit's stage 2 if it waits for ids (to look again: ids came, or the unit
+    was cancelled)."""
+    if st.peers_in is not None and not st.peers_in.done():
+        st.peers_in.set_result(None)
+
+
+def _time_out(st: TuState) -> None:
+    if st.peers_in is not None and not st.peers_in.done():
+        st.peers_in.set_exception(TimeoutError())

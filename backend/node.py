@@ -27,7 +27,7 @@ from backend import check
 from backend.cc import LockTable, S, X
 from backend.commit import PreparedUnits, settle
 from backend.definitions import Definitions, defines
-from backend.exchange import IdExchange
+from backend.exchange import IdExchange, wake
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
 from backend.plan import WRITES, RequestPlan
@@ -178,8 +178,8 @@ class BackendNode:
             handle = await self._acquire("attribute", key,
                                          {("attr", *a): S for a in shape.attrs})
         with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
-            st.found = self.plans.search(shape, tu, *self.exchange.share(tu))
-            self.exchange.send(tu, st.found)
+            st.found = self.plans.search(shape, tu, *self.exchange.share(st, tu))
+            self.exchange.send(st, tu, st.found)
         with self._h("cc.attribute_release"):
             self.cc.release(handle)
         if self.stage2.idle and self.exchange.gathered(st):
@@ -218,7 +218,7 @@ class BackendNode:
         if st.decision is not None and not st.decision.done():
             st.decision.set_result(False)  # a prepared unit is undone
         st.credit_ready.set()          # a RECP step waiting for credit gives up
-        st.peers_in.set()              # so does stage 2 waiting for a peer's ids
+        wake(st)                       # so does stage 2 waiting for a peer's ids
         # A unit with the writer is not interrupted: it finishes, then sees `cancelled`.
         if st.task is not None and not st.task.done() and not st.writing:
             st.task.cancel()

@@ -68,8 +68,12 @@ class TuState:
     bus: BusOut | None = None          # the bus it came on: where its results go
     credits: int = 0                   # row batches it may still send ahead of PP
     credit_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    # The descriptor-id exchange (`exchange.py`): whether this backend sends ids for the
+    # unit, whose it waits for, those that came, and stage 2's wait for them.
+    sends: bool = False
+    awaited: frozenset[int] = frozenset()
     peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
-    peers_in: asyncio.Event = field(default_factory=asyncio.Event)
+    peers_in: asyncio.Future[None] | None = None
     found: DescriptorResults = field(default_factory=dict)
     shape: Shape | None = None         # its requests' checks and plans (`plancache.py`)
     cancelled: str = ""

@@ -5,11 +5,12 @@ texts) returning what they would return uncached."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
 from click.testing import CliRunner
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from backend import recp
 from backend.plan import FilePlan
@@ -91,11 +92,36 @@ def test_a_metric_child_is_made_once_and_counts_where_labels_would() -> None:
     assert h.labels("x", "y")._sum.get() == 0.5
 
 
+def test_light_metrics_expose_what_prometheus_clients_own_would() -> None:
+    """The project's counters and histograms (one call per update) scrape exactly as
+    prometheus_client's Counter and Histogram do, `_created` times aside."""
+    theirs, ours = CollectorRegistry(), CollectorRegistry()
+    counters = [Counter("t_light_total", "a count", ["a", "b"], registry=theirs),
+                metrics.LightCounter("t_light_total", "a count", ["a", "b"], registry=ours)]
+    histograms = [
+        Histogram("t_light_seconds", "a time", ["a"], buckets=metrics.BUCKETS, registry=theirs),
+        metrics.LightHistogram("t_light_seconds", "a time", ["a"], buckets=metrics.BUCKETS,
+                               registry=ours)]
+    for c in counters:
+        c.labels("x", "b0").inc(3)
+        c.labels("y", "b1").inc()
+    for h in histograms:
+        # On a bound, between bounds, past the last one, and zero.
+        for v in (0, 5e-5, 6e-5, 0.3, 2.5, 100):
+            h.labels("q").observe(v)
+
+    def scraped(registry: CollectorRegistry) -> str:
+        return re.sub(r"(_created\{[^}]*\}) \S+", r"\1 T", generate_latest(registry).decode())
+    assert scraped(ours) == scraped(theirs)
+    with pytest.raises(ValueError, match="takes labels a, b"):
+        counters[1].labels("x")
+
+
 def test_interleaved_handler_timings_each_count_once() -> None:
     """Handlers of two traffic units interleave at their awaits: each timing is its own."""
     metrics.set_internal_timing(True)
     child = metrics.child(metrics.HANDLER_SECONDS, "DM", "test_interleaved", "bx")
-    before, seconds = sum(b.get() for b in child._buckets), child._sum.get()
+    before, seconds = sum(child.counts), child.sum
     one, two = metrics.handler("DM", "test_interleaved", "bx"), \
         metrics.handler("DM", "test_interleaved", "bx")
     one.__enter__()
@@ -103,13 +129,13 @@ def test_interleaved_handler_timings_each_count_once() -> None:
     two.__enter__()
     two.__exit__(None, None, None)
     one.__exit__(None, None, None)
-    assert sum(b.get() for b in child._buckets) == before + 2
-    assert child._sum.get() - seconds >= 0.05
+    assert sum(child.counts) == before + 2
+    assert child.sum - seconds >= 0.05
     metrics.set_internal_timing(False)
     try:
         with metrics.handler("DM", "test_interleaved", "bx"):
             pass
-        assert sum(b.get() for b in child._buckets) == before + 2
+        assert sum(child.counts) == before + 2
     finally:
         metrics.set_internal_timing(True)
 

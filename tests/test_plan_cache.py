@@ -145,7 +145,7 @@ def test_a_shape_keeps_no_share_or_plans_over_its_bound() -> None:
 
 
 def _count(result: str) -> float:
-    return metrics.PLAN_CACHE.labels(result, "counted")._value.get()
+    return metrics.PLAN_CACHE.labels(result, "counted").value
 
 
 def test_a_shape_holds_the_units_type_c_attributes_and_did_groups_and_counts() -> None:

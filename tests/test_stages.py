@@ -121,3 +121,36 @@ def test_a_unit_whose_ids_are_in_does_not_pass_one_that_waits_for_its_peers(
         node.writer.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_a_unit_whose_peer_never_sends_its_ids_fails_naming_the_peer(tmp_path: Path) -> None:
+    """Stage 2 waits for a peer's ids at most the result timeout; the unit then fails
+    with the silent peer's address, and the next unit is served."""
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=2)
+        node.exchange.timeout = 0.3
+        await node.on_traffic_unit(_unit(1, split=True), bus)
+        [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
+            bus.queue.take(), 5) if m is not None]
+        assert seq == 1 and "no descriptor ids from backend(s) at 127.0.0.1:2" in error
+        node.on_peer_ids(_peer_ids(2))
+        await node.on_traffic_unit(_unit(2, split=True), bus)
+        assert (2, "committed") in await _answers(bus, 1)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_unit_aborted_while_it_waits_for_its_peers_ids_stops_waiting(
+        tmp_path: Path) -> None:
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=2)
+        await node.on_traffic_unit(_unit(1, split=True), bus)
+        await asyncio.sleep(0)              # stage 2 waits for backend 1's ids
+        node.on_abort(1, "the peer crashed")
+        [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
+            bus.queue.take(), 5) if m is not None]
+        assert seq == 1 and "aborted: the peer crashed" in error
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
