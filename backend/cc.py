@@ -34,6 +34,11 @@ IS, IX, S, X = "IS", "IX", "S", "X"
 COMPATIBLE = {IS: {IS, IX, S}, IX: {IS, IX}, S: {IS, S}, X: set()}
 
 
+# The handle of an empty lock set (a unit whose predicates read no type-C attribute
+# asks for no attribute locks): nothing is queued for it, and it holds nothing.
+NOTHING: tuple[Hashable, int] = ("", 0)
+
+
 def join(a: str, b: str) -> str:
     """The weakest mode that covers both (S with IX would be SIX; X is the safe cover)."""
     if a == b or b == IS:
@@ -74,6 +79,8 @@ class LockTable:
 
     def request(self, owner: Hashable, wants: dict[Hashable, str]) -> tuple[Hashable, int]:
         """Queue a lock set now (the caller's turn is fixed here); returns its handle."""
+        if not wants:
+            return NOTHING          # nothing to lock: granted, and nothing to release
         self._serial += 1
         handle = (owner, self._serial)
         ls = _LockSet(owner, {})
@@ -99,10 +106,12 @@ class LockTable:
 
     def granted(self, handle: tuple[Hashable, int]) -> bool:
         """Does the set hold every lock it asked for?"""
-        return self._sets[handle].ready
+        return handle is NOTHING or self._sets[handle].ready
 
     async def wait(self, handle: tuple[Hashable, int]) -> float:
         """Wait until the whole set is granted; returns the seconds waited."""
+        if handle is NOTHING:
+            return 0.0
         ls = self._sets[handle]
         if ls.ready:
             return 0.0 if not ls.queued_at else time.perf_counter() - ls.queued_at
@@ -118,7 +127,7 @@ class LockTable:
 
     def release(self, handle: tuple[Hashable, int]) -> None:
         """Release (or withdraw, if still waiting) a lock set."""
-        ls = self._sets.pop(handle, None)
+        ls = self._sets.pop(handle, None) if handle is not NOTHING else None
         if ls is None:
             return
         for res, req in ls.requests.items():

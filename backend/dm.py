@@ -50,9 +50,12 @@ def type_c_attributes(directory: Directory, tu: pb.TrafficUnit) -> set[tuple[str
     return out
 
 
-def to_pb_results(found: DescriptorResults) -> list[pb.PredicateDescriptors]:
-    return [pb.PredicateDescriptors(predicate_index=i, descriptor_ids=sorted(d or ()),
-                                    unrestricted=d is None) for i, d in found.items()]
+def add_pb_results(msg: pb.DescriptorIds, found: DescriptorResults) -> None:
+    """Add the descriptor ids found to a message for the peers (built in place: a
+    message passed to a constructor is copied into it)."""
+    for i, d in found.items():
+        msg.results.add(predicate_index=i, descriptor_ids=sorted(d or ()),
+                        unrestricted=d is None)
 
 
 def from_pb_results(msgs: list[pb.PredicateDescriptors]) -> DescriptorResults:

@@ -58,9 +58,10 @@ class IdExchange:
     def send(self, st: TuState, tu: pb.TrafficUnit, found: DescriptorResults) -> None:
         """Broadcast this backend's share of the ids, if it searched one."""
         if st.sends:
-            self.peers.broadcast(pb.DescriptorIds(
-                epoch=self.config.epoch, seq=tu.seq, from_index=self.config.index,
-                results=dm.to_pb_results(found)))
+            msg = pb.DescriptorIds(epoch=self.config.epoch, seq=tu.seq,
+                                   from_index=self.config.index)
+            dm.add_pb_results(msg, found)
+            self.peers.broadcast(msg)
 
     @staticmethod
     def received(st: TuState, msg: pb.DescriptorIds) -> None:

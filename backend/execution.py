@@ -98,10 +98,14 @@ class Execution:
     def _done(self, i: int, rp: RequestPlan, n: int, t0: float) -> pb.BackendReply:
         elapsed = (time.perf_counter() - t0) * 1000
         metrics.child(metrics.RECORDS_PROCESSED, OP_NAMES[rp.request.op], self.name).inc(n)
-        return pb.BackendReply(request_index=i, done=pb.RequestDone(
-            elapsed_ms=elapsed, stats=pb.RequestStats(
-                clusters_examined=rp.clusters_examined, records_retrieved=n,
-                backends=[pb.BackendStats(backend=self.name, records=n, elapsed_ms=elapsed)])))
+        # Built in place: a message passed to a constructor is copied into it.
+        msg = pb.BackendReply(request_index=i)
+        done = msg.done
+        done.elapsed_ms = elapsed
+        stats = done.stats
+        stats.clusters_examined, stats.records_retrieved = rp.clusters_examined, n
+        stats.backends.add(backend=self.name, records=n, elapsed_ms=elapsed)
+        return msg
 
     async def run_reads(self, st: TuState, plans: list[RequestPlan], queued: float) -> None:
         """A read-only traffic unit runs on the event loop, one row batch per step.

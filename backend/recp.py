@@ -121,9 +121,10 @@ class _Batcher:
     def flush(self) -> pb.BackendReply | None:
         if not self.count:
             return None
-        msg = pb.BackendReply(request_index=self.request_index, rows=pb.RowBatch(
-            rows_json=("[" + ",".join(self.parts) + "]").encode(), count=self.count,
-            side=self.side))
+        msg = pb.BackendReply(request_index=self.request_index)
+        rows = msg.rows             # built in place, not copied from a RowBatch
+        rows.rows_json = ("[" + ",".join(self.parts) + "]").encode()
+        rows.count, rows.side = self.count, self.side
         self.parts, self.size, self.count = [], 0, 0
         return msg
 

@@ -215,3 +215,21 @@ def test_two_reads_of_the_file_and_a_cluster_lock_the_file_shared() -> None:
     locks = census_lock_set(census_iig().directory,
                             f"[RETRIEVE {MONTEREY} (POP); RETRIEVE (FILE = Census) (CITY)]")
     assert locks[("file", "CENSUS")] == S and set(locks.values()) == {S}
+
+
+def test_an_empty_lock_set_is_granted_holds_nothing_and_releases_nothing() -> None:
+    """A unit whose predicates read no type-C attribute asks for no attribute locks:
+    nothing is queued for it, and releasing it (twice, too) frees nobody else's."""
+    async def go() -> None:
+        t = LockTable()
+        a = t.request(1, {("cluster", 1): X})
+        b = t.request(2, {("cluster", 1): S})
+        empty = t.request(3, {})
+        assert granted(t, empty) and await t.wait(empty) == 0.0
+        assert t.holders() == {("cluster", 1): [(1, X, True), (2, S, False)]}
+        t.release(empty)
+        t.release(empty)
+        assert granted(t, a) and not granted(t, b)
+        t.release(a)
+        assert granted(t, b)
+    asyncio.run(go())

@@ -50,11 +50,12 @@ def test_the_descriptor_search_shares_of_n_backends_add_up_to_the_whole() -> Non
 
 def test_descriptor_results_survive_the_trip_between_backends() -> None:
     found: DescriptorResults = {0: {7, 3}, 1: None, 2: set()}
-    msgs = dm.to_pb_results(found)
-    assert [(m.predicate_index, list(m.descriptor_ids), m.unrestricted) for m in msgs] == [
-        (0, [3, 7], False), (1, [], True), (2, [], False)]
-    wire = [pb.PredicateDescriptors.FromString(m.SerializeToString()) for m in msgs]
-    assert dm.from_pb_results(wire) == found
+    msg = pb.DescriptorIds(epoch="e", seq=1)
+    dm.add_pb_results(msg, found)
+    assert [(m.predicate_index, list(m.descriptor_ids), m.unrestricted)
+            for m in msg.results] == [(0, [3, 7], False), (1, [], True), (2, [], False)]
+    wire = pb.DescriptorIds.FromString(msg.SerializeToString())
+    assert dm.from_pb_results(list(wire.results)) == found
 
 
 def test_type_c_attributes_are_those_the_predicates_read() -> None:

@@ -68,7 +68,9 @@ def _peer_ids(seq: int) -> pb.DescriptorIds:
     """What backend 1 of 2 sends for unit `seq`: its share of descriptor search."""
     directory, _ = census()
     found = dm.descriptor_search(directory, _unit(seq, True), 1, 2)
-    return pb.DescriptorIds(epoch="e", seq=seq, from_index=1, results=dm.to_pb_results(found))
+    msg = pb.DescriptorIds(epoch="e", seq=seq, from_index=1)
+    dm.add_pb_results(msg, found)
+    return msg
 
 
 async def _answers(bus: BusOut, units: int) -> list[tuple[int, str]]:
