@@ -94,10 +94,11 @@ def plan_requests(directory: Directory, tu: pb.TrafficUnit,
     """Cluster search and address generation for every request of a traffic unit."""
     plans, i = [], 0
     for req in tu.requests:
-        rp = RequestPlan(req)
+        rp = RequestPlan(req, op=req.op)
         if req.op == pb.INSERT:
             rp.clusters_examined = len(load.cluster_ids(req))
         else:
+            rp.targets = [(t.attr, t.agg) for t in req.retrieval.targets]
             rp.files, i = _plan_retrieval(directory, req.retrieval, i, found)
             if req.op == pb.RETRIEVE_COMMON:
                 rp.right, i = _plan_retrieval(directory, req.right, i, found)

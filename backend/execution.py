@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 from backend import check, dm, load, recp
 from backend.links import IigClient
-from backend.plan import WRITES, RequestPlan
+from backend.plan import RequestPlan
 from backend.state import Cancelled, Timer, TuState
 from backend.store import Store
 from backend.undo import UndoLog
@@ -97,7 +97,7 @@ class Execution:
 
     def _done(self, i: int, rp: RequestPlan, n: int, t0: float) -> pb.BackendReply:
         elapsed = (time.perf_counter() - t0) * 1000
-        metrics.child(metrics.RECORDS_PROCESSED, OP_NAMES[rp.request.op], self.name).inc(n)
+        metrics.child(metrics.RECORDS_PROCESSED, OP_NAMES[rp.op], self.name).inc(n)
         # Built in place: a message passed to a constructor is copied into it.
         msg = pb.BackendReply(request_index=i)
         done = msg.done
@@ -167,7 +167,7 @@ class Execution:
                 rp = self._on_loop(self._replan(st, i))
             t0 = time.perf_counter()
             with self._h("recp.process"):
-                if rp.request.op in WRITES:
+                if rp.writes:
                     n = self._write(conn, rp, log)
                 else:
                     n = 0

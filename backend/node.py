@@ -30,7 +30,7 @@ from backend.definitions import Definitions, defines
 from backend.exchange import IdExchange, wake
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
-from backend.plan import WRITES, RequestPlan
+from backend.plan import RequestPlan
 from backend.plancache import PlanCache
 from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
 from backend.store import Store
@@ -155,13 +155,14 @@ class BackendNode:
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
             try:
-                check.directory_update(self.directory, tu.directory)
+                own, carried = None, changes(tu.directory)    # most units carry none
+                if carried:
+                    check.directory_update(self.directory, tu.directory)
                 if defines(tu):
                     self.definitions.begin(key, st, tu)
-                own = None
-                if changes(tu.directory):
+                if carried:
                     own = await self._apply_with_locks(tu.directory)
-                st.shape = self.plans.checked(tu)
+                st.shape = self.plans.checked(tu, carried)
             except check.BadMessage as e:
                 if key in self.definitions:
                     await self.definitions.undo(self.definitions.pending.pop(key), stored=True)
@@ -272,7 +273,7 @@ class BackendNode:
             self.cc.release(handle)
         with self._h("cc.cluster_lock"):
             lock = self.cc.request(key, locks)    # queued in bus order
-        if any(p.request.op in WRITES for p in plans):
+        if any(p.writes for p in plans):
             self.write_order.append(key)
         st.task = asyncio.create_task(self._execute(key, st, plans, lock))
         st.task.add_done_callback(lambda task: self._never_ran(task, key, st, lock))
@@ -295,7 +296,7 @@ class BackendNode:
         try:
             self._lock_waits["cluster"].observe(await self.cc.wait(lock))
             with self._h("dm.clusters_locked"):
-                writes = any(p.request.op in WRITES for p in plans)
+                writes = any(p.writes for p in plans)
             queued = time.perf_counter()
             if key in self.definitions:
                 await self.definitions.run(key, st, self._send)

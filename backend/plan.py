@@ -40,3 +40,12 @@ class RequestPlan:
     files: list[FilePlan] = field(default_factory=list)
     right: list[FilePlan] = field(default_factory=list)       # RETRIEVE-COMMON right side
     clusters_examined: int = 0
+    # Read from the request once, when it is planned, rather than by every unit that
+    # reuses the plan (`plancache.py`): its operation, and a retrieval's target
+    # attributes with their aggregates ("" for none).
+    op: int = 0
+    targets: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def writes(self) -> bool:
+        return self.op in WRITES

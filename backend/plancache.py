@@ -73,11 +73,14 @@ class PlanCache:
         self._hit = metrics.child(metrics.PLAN_CACHE, "hit", backend)
         self._miss = metrics.child(metrics.PLAN_CACHE, "miss", backend)
 
-    def checked(self, tu: pb.TrafficUnit) -> Shape:
+    def checked(self, tu: pb.TrafficUnit, carried: bool | None = None) -> Shape:
         """Check the unit against the directory (`check.BadMessage` if it does not fit)
-        and return its shape: the cached one when it was checked at this generation."""
+        and return its shape: the cached one when it was checked at this generation.
+        `carried`: whether the unit carries directory entries, if the caller knows."""
+        if carried is None:
+            carried = changes(tu.directory)
         key: tuple[bytes, ...] | None = None
-        if not changes(tu.directory) and all(r.op != pb.INSERT for r in tu.requests):
+        if not carried and all(r.op != pb.INSERT for r in tu.requests):
             key = tuple(r.SerializeToString() for r in tu.requests)
             if sum(map(len, key)) > KEY_BYTES:
                 key = None

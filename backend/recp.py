@@ -132,23 +132,21 @@ class _Batcher:
 def read(conn: sqlite3.Connection, request_index: int,
          rp: RequestPlan) -> Generator[pb.BackendReply, None, None]:
     """One read request's replies: its row batches, or its partial groups."""
-    req = rp.request
-    r = req.retrieval
-    if req.op == pb.RETRIEVE_COMMON:
+    attrs = [attr for attr, _ in rp.targets]
+    if rp.op == pb.RETRIEVE_COMMON:
         for fp in rp.files:
-            yield from retrieve_batches(conn, fp, [t.attr for t in r.targets], request_index, 0)
+            yield from retrieve_batches(conn, fp, attrs, request_index, 0)
         for fp in rp.right:
             yield from retrieve_batches(
-                conn, fp, [t.attr for t in req.right.targets], request_index, 1)
+                conn, fp, [t.attr for t in rp.request.right.targets], request_index, 1)
         return
-    targets = [(t.attr, t.agg) for t in r.targets]     # one pass over the message
-    if any(agg for _, agg in targets):
-        items = [attr for attr, agg in targets if agg]
+    items = [attr for attr, agg in rp.targets if agg]
+    if items:
         for fp in rp.files:
-            yield from aggregate_groups(conn, fp, items, r.by, request_index)
+            yield from aggregate_groups(conn, fp, items, rp.request.retrieval.by, request_index)
     else:
         for fp in rp.files:
-            yield from retrieve_batches(conn, fp, [attr for attr, _ in targets], request_index)
+            yield from retrieve_batches(conn, fp, attrs, request_index)
 
 
 def retrieve_batches(conn: sqlite3.Connection, plan: FilePlan, attrs: list[str],
