@@ -12,7 +12,8 @@ it does not depend on how four processes share the machine's cores.
     python3 -m loadgen.backend_alone DATA_DIR UNITS [--request N]
 
 runs it on a stopped backend's directory that is already loaded; under
-`valgrind --tool=cachegrind`, the difference of two runs' instruction counts over
+`valgrind --tool=cachegrind` (run on the interpreter itself, `sys.executable`, not on
+a launcher script), the difference of two runs' instruction counts over
 their difference in UNITS is a figure that does not move with the machine's load
 (docs/profile.md).
 """
