@@ -47,6 +47,13 @@ backend.recp.x_aggregate_groups__* backend.recp.x_delete__* backend.recp.x_updat
 backend.recp.x_update_moving__* backend.recp.x_insert__*|tests/test_recp.py"
   "plancache|backend/plancache.py|backend.plancache.*|tests/test_plan_cache.py \
 --deselect tests/test_plan_cache.py::test_repeated_requests_see_every_new_cluster_through_the_real_system"
+  "exchange|backend/exchange.py|backend.exchange.*|tests/test_stages.py tests/test_exchange.py"
+  "metrics|mbds/metrics.py|mbds.metrics.*|\
+tests/test_fixed_cost.py::test_light_metrics_expose_what_prometheus_clients_own_would \
+tests/test_fixed_cost.py::test_a_metric_child_is_made_once_and_counts_where_labels_would \
+tests/test_fixed_cost.py::test_interleaved_handler_timings_each_count_once \
+tests/test_fixed_cost.py::test_light_children_add_up_and_are_made_once_per_label_set \
+tests/test_fixed_cost.py::test_a_handler_measured_by_its_caller_is_recorded_only_while_timing_is_on"
   "abdl_lexer|controller/abdl/lexer.py|controller.abdl.lexer.*|$ABDL_LEXER_TESTS"
   "abdl_parser|controller/abdl/parser.py|controller.abdl.parser.*|$ABDL_PARSER_TESTS"
 )

@@ -117,6 +117,43 @@ def test_light_metrics_expose_what_prometheus_clients_own_would() -> None:
         counters[1].labels("x")
 
 
+def test_light_children_add_up_and_are_made_once_per_label_set() -> None:
+    registry = CollectorRegistry()
+    c = metrics.LightCounter("t_light_adds_total", "adds", ["a"], registry=registry)
+    c.labels("x").inc(2)
+    c.labels("x").inc()
+    assert c.labels("x") is c.labels("x") and c.labels("x").value == 3
+    assert registry.get_sample_value("t_light_adds_total", {"a": "x"}) == 3
+    h = metrics.LightHistogram("t_light_h", "h", ["a"], buckets=[1, 2], registry=registry)
+    h.labels("y").observe(1.5)
+    h.labels("y").observe(7)
+    assert registry.get_sample_value("t_light_h_bucket", {"a": "y", "le": "2.0"}) == 1
+    assert registry.get_sample_value("t_light_h_bucket", {"a": "y", "le": "+Inf"}) == 2
+    assert registry.get_sample_value("t_light_h_sum", {"a": "y"}) == 8.5
+
+
+def test_a_handler_measured_by_its_caller_is_recorded_only_while_timing_is_on() -> None:
+    child = metrics.child(metrics.HANDLER_SECONDS, "DM", "test_observed", "bx")
+    count, seconds = sum(child.counts), child.sum
+    metrics.set_internal_timing(True)
+    try:
+        metrics.observe_handler("DM", "test_observed", "bx", 0.25)
+        assert (sum(child.counts) - count, child.sum - seconds) == (1, 0.25)
+        with metrics.handler("DM", "test_observed", "bx"):
+            time.sleep(0.01)
+        assert sum(child.counts) - count == 2 and 0.26 <= child.sum - seconds < 1.25
+        controller = metrics.child(metrics.HANDLER_SECONDS, "PP", "test_observed", "")
+        before = sum(controller.counts)
+        with metrics.handler("PP", "test_observed"):     # the controller's: backend ""
+            pass
+        assert sum(controller.counts) == before + 1
+        metrics.set_internal_timing(False)
+        metrics.observe_handler("DM", "test_observed", "bx", 0.25)
+        assert sum(child.counts) - count == 2
+    finally:
+        metrics.set_internal_timing(True)
+
+
 def test_interleaved_handler_timings_each_count_once() -> None:
     """Handlers of two traffic units interleave at their awaits: each timing is its own."""
     metrics.set_internal_timing(True)
