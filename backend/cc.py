@@ -127,7 +127,7 @@ class LockTable:
 
     def release(self, handle: tuple[Hashable, int]) -> None:
         """Release (or withdraw, if still waiting) a lock set."""
-        ls = self._sets.pop(handle, None) if handle is not NOTHING else None
+        ls = self._sets.pop(handle, None)      # None: released already, or NOTHING
         if ls is None:
             return
         for res, req in ls.requests.items():

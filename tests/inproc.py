@@ -4,6 +4,7 @@ backend's DM, on the census database of tests/conftest.py, without any process."
 from __future__ import annotations
 
 from backend import dm
+from backend.links import PeerLinks
 from backend.plan import RequestPlan
 from controller.iig import Iig
 from controller.reqp import Prepared, Reqp
@@ -64,3 +65,17 @@ def census() -> tuple[Directory, dict[str, int]]:
 
 def lock_set(directory: Directory, text: str) -> dict[tuple, str]:
     return dm.lock_set(plan(directory, text))
+
+
+class KeptPeers(PeerLinks):
+    """Peer streams that go nowhere: what a backend broadcasts is only kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[pb.DescriptorIds] = []
+
+    def configure(self, peers: list[str], my_index: int) -> None:
+        self.targets = [a for i, a in enumerate(peers) if i != my_index]
+
+    def broadcast(self, msg: pb.DescriptorIds) -> None:
+        self.sent.append(msg)

@@ -9,27 +9,15 @@ import pytest
 
 from backend import dm
 from backend.exchange import IdExchange
-from backend.links import PeerLinks
 from backend.state import BusConfig, Cancelled, TuState
 from mbds.proto import mbds_pb2 as pb
+from tests.inproc import KeptPeers
 
 PEERS = ["10.0.0.1:1", "10.0.0.2:2", "10.0.0.3:3"]
 
 
-class _Peers(PeerLinks):
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list[pb.DescriptorIds] = []
-
-    def configure(self, peers: list[str], my_index: int) -> None:
-        self.targets = [a for i, a in enumerate(peers) if i != my_index]
-
-    def broadcast(self, msg: pb.DescriptorIds) -> None:
-        self.sent.append(msg)
-
-
 def _exchange(index: int, peers: list[str] = PEERS, timeout: float = 5.0) -> IdExchange:
-    x = IdExchange(_Peers(), timeout)
+    x = IdExchange(KeptPeers(), timeout)
     x.configure(BusConfig("ep", index, peers))
     assert x.peers.targets == [a for i, a in enumerate(peers) if i != index]
     return x

@@ -10,34 +10,20 @@ from pathlib import Path
 import pytest
 
 from backend import dm
-from backend.links import IigClient, PeerLinks
+from backend.links import IigClient
 from backend.node import BackendNode
 from backend.state import BusOut
 from backend.store import Store
 from mbds.proto import mbds_pb2 as pb
 from mbds.traffic import predicate_count
-from tests.inproc import census, unit
+from tests.inproc import KeptPeers, census, unit
 
 # Two predicates with directory attributes: on two backends each searches one of them.
 TEXT = "RETRIEVE ((FILE = Census) and (POP > 100) and (STATE = CA)) (CITY)"
 
 
-class _Peers(PeerLinks):
-    """Peer streams that go nowhere: what this backend broadcasts is only kept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list[pb.DescriptorIds] = []
-
-    def configure(self, peers: list[str], my_index: int) -> None:
-        self.targets = [a for i, a in enumerate(peers) if i != my_index]
-
-    def broadcast(self, msg: pb.DescriptorIds) -> None:
-        self.sent.append(msg)
-
-
 async def _node(tmp_path: Path, backends: int) -> tuple[BackendNode, BusOut, list[Hashable]]:
-    node = BackendNode("b0", Store(tmp_path / "backend.db"), peers=_Peers(),
+    node = BackendNode("b0", Store(tmp_path / "backend.db"), peers=KeptPeers(),
                        iig=IigClient("b0"))
     await asyncio.sleep(0)        # the stage-2 loop starts and waits for a unit
     directory, _ = census()
