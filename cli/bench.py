@@ -1,13 +1,13 @@
-"""`mbds bench …`: one subcommand per benchmark; each loadgen module owns its command."""
+"""`mbds bench …`: one subcommand per benchmark; each loadgen module owns its command.
+
+A benchmark owns clusters of child processes; it runs under `cli/supervise.py`, so
+SIGTERM (a stopped CI job, `kill`, `timeout`) or Ctrl-C stops them with it."""
 
 from __future__ import annotations
 
-import signal
-import sys
-
 import click
 
-from cli.lazy import LazyGroup
+from cli.supervise import SupervisedGroup
 
 BENCHMARKS = {
     "paper": "loadgen.paper_bench:paper",              # the paper's Tables 3–8
@@ -21,13 +21,6 @@ BENCHMARKS = {
 }
 
 
-def _exit_on_sigterm(signum: int, _frame: object) -> None:
-    # A benchmark owns clusters of child processes and cgroups; SIGTERM (a stopped CI
-    # job, `kill`, `timeout`) becomes an ordinary exit so every `finally` stops them.
-    sys.exit(128 + signum)
-
-
-@click.group(cls=LazyGroup, lazy=BENCHMARKS)
+@click.group(cls=SupervisedGroup, lazy=BENCHMARKS)
 def bench() -> None:
     """Benchmarks: the paper's Tables 3–8 and the seed documents' tests."""
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)

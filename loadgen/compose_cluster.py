@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+from mbds import owned
 from mbds.client import Client, ClientError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,15 +34,22 @@ class ComposeCluster:
         self.start_timeout = start_timeout
         self.address = ""
         self.ca: Path | None = None       # the stack's CA, once started
+        self._owned = -1                  # its key in mbds.owned, once started
 
     def _compose(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(COMPOSE), "-p", self.project, *args], env=self.env,
                               capture_output=True, text=True, timeout=600, check=False)
 
     def start(self) -> str:
+        with owned.starting() as record:    # `mbds bench`'s supervisor takes it down too
+            self._owned = record(self.stop)
         r = self._compose("up", "-d", "--scale", f"backend={self.n}")
         if r.returncode != 0:
+            self.stop()
             raise RuntimeError(f"compose up failed:\n{r.stdout}\n{r.stderr}")
+        if owned.stopping():                # told to stop while it came up
+            self.stop()
+            owned.check()
         port = self._compose("port", "controller", "50051")
         if port.returncode != 0:
             self.stop()
@@ -79,3 +87,4 @@ class ComposeCluster:
 
     def stop(self) -> None:
         self._compose("down", "-v", "--remove-orphans")
+        owned.disown(self._owned)

@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 
 from loadgen.cpu import run_ms
-from mbds import eventloop, tls
+from mbds import eventloop, owned, tls
 
 METHOD = "/floor.Echo/Stream"
 PAYLOAD = b"x" * 100          # about a small unit's bus message
@@ -57,8 +57,10 @@ async def _serve(tls_dir: Path | None) -> None:
 @contextlib.contextmanager
 def _server(tls_dir: Path | None) -> Iterator[tuple[subprocess.Popen[str], int]]:
     args = [sys.executable, "-m", "loadgen.grpc_floor", "serve"]
-    proc = subprocess.Popen(args + ([str(tls_dir)] if tls_dir else []),
-                            stdout=subprocess.PIPE, text=True)
+    with owned.starting() as record:    # `mbds bench`'s supervisor stops it too
+        proc = subprocess.Popen(args + ([str(tls_dir)] if tls_dir else []),
+                                stdout=subprocess.PIPE, text=True)
+        key = record(proc.terminate)
     try:
         assert proc.stdout is not None
         word, _, port = proc.stdout.readline().partition(" ")
@@ -68,6 +70,7 @@ def _server(tls_dir: Path | None) -> Iterator[tuple[subprocess.Popen[str], int]]
     finally:
         proc.terminate()
         proc.wait(10)
+        owned.disown(key)
 
 
 async def _round_trips(port: int, tls_dir: Path | None, n: int, warmup: int,

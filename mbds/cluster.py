@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from mbds import owned
 from mbds.service import OWNED
 
 LISTENING = re.compile(r"listening on (\S+)")
@@ -34,10 +35,11 @@ class ProcessFailed(RuntimeError):
 def signals_held() -> Iterator[None]:
     """SIGTERM and SIGINT wait until the block ends, then take effect.
 
-    A handler that raises (`mbds bench` turns SIGTERM into SystemExit, Ctrl-C is
-    KeyboardInterrupt) can fire between a child's fork and the line that records it,
-    and the child would run on with nobody to stop it. Only the main thread can
-    install handlers; elsewhere the block runs as it is.
+    A handler that raises (Ctrl-C is KeyboardInterrupt; `mbds up` raises it for
+    SIGTERM too while starting) can fire between a child's fork and the line that
+    records it, and the child would run on with nobody to stop it. Only the main
+    thread runs handlers; elsewhere the block runs as it is (and `mbds bench`, whose
+    benchmark runs in a thread of its own, stops what `mbds.owned` records).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -67,10 +69,12 @@ class Proc:
         self.address: str | None = None
         self.metrics_url = ""           # its /metrics, printed before it listens
         self._ready = threading.Event()
-        self.popen = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "mbds", *args], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, **(env or {}), OWNED: "1"})    # Ctrl-C is left to `stop`
+        with owned.starting() as record:    # a supervisor's stop_all stops it too
+            self.popen = subprocess.Popen(
+                [*prefix, sys.executable, "-m", "mbds", *args], stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True,
+                env={**os.environ, **(env or {}), OWNED: "1"})    # Ctrl-C is left to `stop`
+            self._owned = record(self.stop)
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
@@ -104,14 +108,17 @@ class Proc:
     def stop(self, timeout: float = 15.0) -> int:
         self.signal(signal.SIGTERM)
         try:
-            return self.popen.wait(timeout)
+            code = self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             self.popen.kill()
-            return self.popen.wait()
+            code = self.popen.wait()
+        owned.disown(self._owned)
+        return code
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
         self.popen.wait()
+        owned.disown(self._owned)
 
 
 class LocalCluster:

@@ -73,9 +73,13 @@ def test_a_backend_that_fails_to_start_takes_the_started_ones_down(tmp_path: Pat
     assert _processes_using(tmp_path) == []
 
 
-def test_a_benchmark_stopped_by_sigterm_stops_its_clusters(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 128 + signal.SIGTERM),
+                                              (signal.SIGINT, 1)])     # click: "Aborted!"
+def test_a_benchmark_stopped_by_a_signal_stops_its_clusters(tmp_path: Path, signum: int,
+                                                            code: int) -> None:
     """`mbds bench` owns clusters of child processes: SIGTERM (a stopped job, `timeout`)
-    ends it like Ctrl-C, so its clusters stop with it instead of running on."""
+    or Ctrl-C, arriving while it waits on a reply, stops its clusters with it instead of
+    leaving them running (or hanging on a lock the signal broke: cli/supervise.py)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "mbds", "bench", "paper", "--backends", "1,2", "--scale", "2",
          "--runs", "500", "--timing", "off", "--out", str(tmp_path / "out")],
@@ -86,8 +90,8 @@ def test_a_benchmark_stopped_by_sigterm_stops_its_clusters(tmp_path: Path) -> No
     assert _processes_using(tmp_path), "the benchmark's clusters never started"
     children = _mbds_descendants(proc.pid)     # controllers too, not only backends
     assert any("controller" in p.cmdline() for p in children)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) != 0
+    proc.send_signal(signum)
+    assert proc.wait(60) == code
     assert _processes_using(tmp_path) == [] and _alive(children) == []
 
 
@@ -112,9 +116,9 @@ def test_an_interrupted_start_stops_the_backend_being_started(tmp_path: Path,
 
 def test_a_signal_right_after_a_backend_is_spawned_does_not_leave_it_running(
         tmp_path: Path, monkeypatch) -> None:
-    """SIGTERM (which `mbds bench` turns into SystemExit) arriving just after a backend's
-    fork, before the cluster has recorded it, waits until it is recorded: the start
-    unwinds and the backend is stopped with the rest."""
+    """SIGTERM under a handler that raises (as `mbds up`'s does while starting) arriving
+    just after a backend's fork, before the cluster has recorded it, waits until it is
+    recorded: the start unwinds and the backend is stopped with the rest."""
     original = Proc.__init__
     sent = []
 
