@@ -17,17 +17,25 @@ from cli.supervise import supervise
 from mbds import owned
 
 
+_started: list[subprocess.Popen[bytes]] = []
+
+
 @pytest.fixture(autouse=True)
 def _fresh_owned():
     owned.reset()
     yield
     owned.stop_all(5)
     owned.reset()
+    while _started:                     # whatever a failing test left running
+        p = _started.pop()
+        p.kill()
+        p.wait()
 
 
 def _sleeper() -> subprocess.Popen[bytes]:
     with owned.starting() as record:
         p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        _started.append(p)
         record(p.terminate)
     return p
 
