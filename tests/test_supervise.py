@@ -16,7 +16,6 @@ import pytest
 from cli.supervise import supervise
 from mbds import owned
 
-
 _started: list[subprocess.Popen[bytes]] = []
 
 
