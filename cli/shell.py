@@ -2,12 +2,15 @@
 
 Enter runs the request once its brackets and quotes are balanced; until then it
 starts a new line, so a long RETRIEVE or a transaction can be typed over
-several lines. Backslash commands answer the first questions as psql's do
+several lines. Ctrl-C while a request runs cancels it and the prompt comes back.
+Backslash commands answer the first questions as psql's do
 (`help`, `\\d`, `\\d FILE`), from the controller's Status.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 import click
@@ -18,7 +21,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from cli.describe import describe_file, list_files
 from cli.options import controller_option
 from cli.tables import console, render_result
-from mbds.client import Client, ClientError
+from mbds.client import Client, ClientError, Result
 from mbds.errors import shorten
 
 HELP = """Type an ABDL request or a [transaction; ...]; Enter runs it when balanced.
@@ -26,7 +29,8 @@ HELP = """Type an ABDL request or a [transaction; ...]; Enter runs it when balan
   \\d FILE     a file's attributes, types, directory attributes and descriptors
   \\s          the backends and whether each is up
   help, \\?    this help (also \\h)
-  \\q          quit (also quit, exit, Ctrl-D)"""
+  \\q          quit (also quit, exit, Ctrl-D)
+Ctrl-C while a request runs cancels it."""
 HELP_WORDS = ("help", "\\?", "\\h")
 
 
@@ -70,10 +74,46 @@ def run_shell(address: str) -> None:
                 elif text.startswith("\\"):
                     command(client, text)
                 else:
-                    for r in client.execute(text):
+                    for r in execute_cancellable(client, text):
                         render_result(r)
             except ClientError as e:
                 console.print(f"error: {e}", style="red", markup=False, highlight=False)
+
+
+def execute_cancellable(client: Client, text: str) -> list[Result]:
+    """`client.execute(text)`, which Ctrl-C cancels and the prompt comes back, as psql's.
+
+    The request runs in a thread of its own and Ctrl-C only notes itself: raised in
+    the thread reading the reply, it could land inside gRPC's blocking read and leave
+    a lock there broken (cli/supervise.py says more)."""
+    got: list[int] = []
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["results"] = client.execute(text)
+        except BaseException as e:      # handed to the prompt's thread
+            outcome["error"] = e
+
+    old = signal.signal(signal.SIGINT, lambda n, _f: got.append(n))
+    try:
+        worker = threading.Thread(target=run, name="mbds-shell-request", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            if got:
+                got.clear()
+                outcome["cancelled"] = True
+                client.cancel()
+            worker.join(0.1)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    error = outcome.get("error")
+    if outcome.get("cancelled") and isinstance(error, ClientError):
+        raise ClientError("CANCELLED", "cancelled (Ctrl-C); a write under way is done on "
+                          "every backend or on none: read before repeating it")
+    if error is not None:
+        raise error                     # type: ignore[misc]
+    return outcome["results"]           # type: ignore[return-value]
 
 
 def command(client: Client, text: str) -> None:

@@ -126,6 +126,15 @@ class Client:
             self._session = None
         self.channel.close()
 
+    def cancel(self) -> None:
+        """End the request being read off the session, from another thread (Ctrl-C in
+        `mbds shell`): its reader raises CANCELLED, and the next request opens a new
+        session. A write under way stays all-or-nothing; whether it took effect is
+        for the next read to tell."""
+        session = self._session
+        if session is not None:
+            session.close()
+
     def __enter__(self) -> Client:
         return self
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from cli import describe
 from cli.shell import _complete
@@ -126,3 +128,32 @@ def test_describe_bounds_the_descriptors_it_shows(cluster_factory, tmp_path) -> 
     shown = re.findall(r"CODE +│ C +│ = 'S(\d+)'", table)
     assert shown == [f"{i:03}" for i in range(describe.SHOWN)], table
     assert re.search(rf"CODE +│ +│ … {n + 1 - describe.SHOWN} more", table), table
+
+
+def test_ctrl_c_cancels_a_running_request_and_the_prompt_comes_back(cluster_factory,
+                                                                     tmp_path) -> None:
+    """A backend held still (SIGSTOP) keeps a RETRIEVE waiting; Ctrl-C cancels it, as
+    psql's does, and the same shell answers the next request once the backend runs."""
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>)")
+    backend = r.cluster.backends[1].popen
+    child = spawn_shell(r.cluster.address, tmp_path)
+    try:
+        child.expect("mbds>")
+        backend.send_signal(signal.SIGSTOP)
+        try:
+            child.send("RETRIEVE (FILE = Census) (CITY)\r")
+            with pytest.raises(pexpect.TIMEOUT):
+                child.expect("Monterey", timeout=1.5)   # waiting on the held backend
+            child.sendintr()
+            child.expect("cancelled")
+            child.expect("mbds>")
+        finally:
+            backend.send_signal(signal.SIGCONT)
+        child.send("RETRIEVE (FILE = Census) (CITY, POP)\r")
+        child.expect("25000")
+        child.send("\\q\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
