@@ -10,7 +10,6 @@ Backslash commands answer the first questions as psql's do
 from __future__ import annotations
 
 import signal
-import threading
 from pathlib import Path
 
 import click
@@ -20,6 +19,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from cli.describe import describe_file, list_files
 from cli.options import controller_option
+from cli.supervise import in_thread
 from cli.tables import console, render_result
 from mbds.client import Client, ClientError, Result
 from mbds.errors import shorten
@@ -82,38 +82,21 @@ def run_shell(address: str) -> None:
 
 def execute_cancellable(client: Client, text: str) -> list[Result]:
     """`client.execute(text)`, which Ctrl-C cancels and the prompt comes back, as psql's.
+    The request runs in a thread of its own (`cli/supervise.in_thread`): Ctrl-C raised
+    in the thread reading the reply could leave a lock inside gRPC broken."""
+    cancelled: list[int] = []
 
-    The request runs in a thread of its own and Ctrl-C only notes itself: raised in
-    the thread reading the reply, it could land inside gRPC's blocking read and leave
-    a lock there broken (cli/supervise.py says more)."""
-    got: list[int] = []
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            outcome["results"] = client.execute(text)
-        except BaseException as e:      # handed to the prompt's thread
-            outcome["error"] = e
-
-    old = signal.signal(signal.SIGINT, lambda n, _f: got.append(n))
+    def cancel(signum: int, _worker: object) -> None:
+        cancelled.append(signum)
+        client.cancel()
     try:
-        worker = threading.Thread(target=run, name="mbds-shell-request", daemon=True)
-        worker.start()
-        while worker.is_alive():
-            if got:
-                got.clear()
-                outcome["cancelled"] = True
-                client.cancel()
-            worker.join(0.1)
-    finally:
-        signal.signal(signal.SIGINT, old)
-    error = outcome.get("error")
-    if outcome.get("cancelled") and isinstance(error, ClientError):
-        raise ClientError("CANCELLED", "cancelled (Ctrl-C); a write under way is done on "
-                          "every backend or on none: read before repeating it")
-    if error is not None:
-        raise error                     # type: ignore[misc]
-    return outcome["results"]           # type: ignore[return-value]
+        return in_thread(lambda: client.execute(text), cancel, (signal.SIGINT,))
+    except ClientError:
+        if cancelled:
+            raise ClientError("CANCELLED", "cancelled (Ctrl-C); a write under way is done "
+                              "on every backend or on none: read before repeating it"
+                              ) from None
+        raise
 
 
 def command(client: Client, text: str) -> None:

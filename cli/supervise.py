@@ -27,10 +27,11 @@ T = TypeVar("T")
 UNWIND_S = 30.0     # how long the work may take to unwind once its clusters are gone
 
 
-def supervise(work: Callable[[], T]) -> T:
-    """`work()` in a thread of its own, its result or exception passed on; SIGTERM or
-    SIGINT meanwhile stops everything `mbds.owned` records and exits 128 + SIGTERM,
-    or raises KeyboardInterrupt (click prints "Aborted!")."""
+def in_thread(work: Callable[[], T], on_signal: Callable[[int, threading.Thread], None],
+              signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> T:
+    """`work()` in a thread of its own, its result or exception passed on. Meanwhile
+    `signals` only note themselves; this (main) thread calls `on_signal(signum, the
+    work's thread)` for each, between its waits, where raising is safe."""
     if threading.current_thread() is not threading.main_thread():
         return work()                   # only the main thread receives signals
     got: list[int] = []
@@ -42,15 +43,16 @@ def supervise(work: Callable[[], T]) -> T:
         except BaseException as e:      # handed to the main thread
             outcome["error"] = e
 
-    old = {s: signal.signal(s, lambda n, _f: got.append(n))
-           for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {s: signal.signal(s, lambda n, _f: got.append(n)) for s in signals}
     try:
         worker = threading.Thread(target=run, name="mbds-work", daemon=True)
         worker.start()
-        while worker.is_alive() and not got:
-            worker.join(0.2)
-        if got:
-            _stop(worker, got[0])
+        while True:
+            while got:
+                on_signal(got.pop(0), worker)
+            if not worker.is_alive():
+                break
+            worker.join(0.1)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -59,7 +61,14 @@ def supervise(work: Callable[[], T]) -> T:
     return outcome["value"]             # type: ignore[return-value]
 
 
-def _stop(worker: threading.Thread, signum: int) -> None:
+def supervise(work: Callable[[], T]) -> T:
+    """`work()` in a thread of its own; SIGTERM or SIGINT meanwhile stops everything
+    `mbds.owned` records and exits 128 + SIGTERM, or raises KeyboardInterrupt (click
+    prints "Aborted!")."""
+    return in_thread(work, _stop)
+
+
+def _stop(signum: int, worker: threading.Thread) -> None:
     name = signal.Signals(signum).name
     click.echo(f"{name}: stopping the clusters", err=True)
     problems = owned.stop_all()

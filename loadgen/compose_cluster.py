@@ -47,9 +47,11 @@ class ComposeCluster:
         if r.returncode != 0:
             self.stop()
             raise RuntimeError(f"compose up failed:\n{r.stdout}\n{r.stderr}")
-        if owned.stopping():                # told to stop while it came up
+        try:
+            owned.check()                   # told to stop while it came up?
+        except owned.Stopping:
             self.stop()
-            owned.check()
+            raise
         port = self._compose("port", "controller", "50051")
         if port.returncode != 0:
             self.stop()
