@@ -80,6 +80,30 @@ def run_ms(pid: int) -> float | None:
     return total / 1e6
 
 
+def run_ms_by_thread(pid: int) -> dict[str, float] | None:
+    """`run_ms` by kind of thread: the main thread (a service's event loop) as "main",
+    the others by the name the kernel keeps for them (gRPC's "event_engine" pool, its
+    "python" poller thread, ...), summed over the threads of one name. None where the
+    kernel keeps no schedstat."""
+    out: dict[str, float] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = "main" if t == str(pid) else f.read().strip()
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, IndexError):
+            return None
+        out[name] = out.get(name, 0.0) + ns / 1e6
+    return out
+
+
 class BackendCpu:
     """Each backend's CPU time over one request of `mbds bench paper` (local clusters).
 

@@ -28,7 +28,7 @@ from loadgen.common import (
     print_table,
     split_search_option,
 )
-from loadgen.cpu import run_ms
+from loadgen.cpu import run_ms, run_ms_by_thread
 from mbds.client import Client, ClientError
 
 # Request 1 of the paper: two records, two clusters, through the directory.
@@ -42,9 +42,10 @@ REQUESTS = {"r1": REQUEST_1, "update": UPDATE_1}
 
 def measure(backends: int, text: str, units: int, warmup: int, *,
             internal_timing: bool = False, backend_cpus: float | None = None,
-            split_search_from: int = 1) -> dict[str, Any]:
-    """CPU ms per unit of every process and the response times of `units` runs of `text`
-    on a fresh cluster of `backends` backends holding the paper's database (scale 1)."""
+            split_search_from: int = 1, gap_ms: float = 0.0) -> dict[str, Any]:
+    """CPU ms per unit of every process (in all and by kind of thread) and the response
+    times of `units` runs of `text` on a fresh cluster of `backends` backends holding
+    the paper's database (scale 1), each run `gap_ms` after the end of the one before."""
     with local_cluster_procs(backends, internal_timing=internal_timing,
                              backend_cpus=backend_cpus,
                              split_search_from=split_search_from) as cluster, \
@@ -56,24 +57,37 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
         pids = {"controller": cluster.controller.popen.pid} | {
             f"b{i}": b.popen.pid for i, b in enumerate(cluster.backends)}
         before = {k: run_ms(pid) for k, pid in pids.items()}
+        threads0 = {k: run_ms_by_thread(pid) or {} for k, pid in pids.items()}
         harness0 = time.process_time()
         times = []
         for _ in range(units):
+            if gap_ms:
+                time.sleep(gap_ms / 1000)
             t0 = time.perf_counter()
             client.execute(text)
             times.append((time.perf_counter() - t0) * 1000)
         harness = (time.process_time() - harness0) * 1000
         after = {k: run_ms(pid) for k, pid in pids.items()}
+        threads = {k: _per_unit(threads0[k], run_ms_by_thread(pid) or {}, units)
+                   for k, pid in pids.items()}
     if any(v is None for v in (*before.values(), *after.values())):
         raise click.ClickException("this kernel keeps no /proc/<pid>/task/*/schedstat: "
                                    "no per-process CPU time to measure")
     cpu = {k: (after[k] - before[k]) / units for k in pids}   # type: ignore[operator]
     times.sort()
-    return {"backends": backends, "units": units, **{f"{k}_cpu_ms": v for k, v in cpu.items()},
+    return {"backends": backends, "units": units, "gap_ms": gap_ms,
+            **{f"{k}_cpu_ms": v for k, v in cpu.items()},
             "backend_cpu_ms_max": max(v for k, v in cpu.items() if k != "controller"),
             "harness_cpu_ms": harness / units,
             "median_ms": statistics.median(times),
-            "p90_ms": times[int(0.9 * (len(times) - 1))]}
+            "p90_ms": times[int(0.9 * (len(times) - 1))],
+            "cpu_ms_by_thread": threads}
+
+
+def _per_unit(before: dict[str, float], after: dict[str, float], units: int
+              ) -> dict[str, float]:
+    """CPU ms per unit of each kind of thread between two `run_ms_by_thread` reads."""
+    return {name: (ms - before.get(name, 0.0)) / units for name, ms in sorted(after.items())}
 
 
 @click.command("fixed-cost")
@@ -90,6 +104,12 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
 @click.option("--backend-cpus", type=float, default=None,
               help="CPU budget of each backend (cgroup; needs root). Default: none.")
 @split_search_option
+@click.option("--gap", "gap_ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Idle milliseconds before each unit. A unit that comes between others "
+              "(as in `mbds bench paper`) meets sleeping threads and cold caches; 0 runs "
+              "the units back to back.")
+@click.option("--by-thread", is_flag=True, help="Also print each process's CPU ms per "
+              "unit by kind of thread (the event loop, gRPC's pool and poller threads).")
 @click.option("--floor", is_flag=True, help="Also measure one bare gRPC round trip "
               "(an echo over a grpc.aio stream, plaintext and mutual TLS): the least a "
               "message each way costs a process here.")
@@ -103,13 +123,14 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per cluster size.")
 def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
                internal_timing: str, backend_cpus: float | None,
-               split_search_from: int, floor: bool, alone: bool, count: bool,
-               as_json: bool) -> None:
+               split_search_from: int, gap_ms: float, by_thread: bool, floor: bool,
+               alone: bool, count: bool, as_json: bool) -> None:
     """CPU ms per traffic unit of the controller and each backend, for a small request."""
     if count:
-        if floor or alone or backend_cpus:
-            raise click.UsageError("--instructions counts instructions; --floor, --alone "
-                                   "and --backend-cpus are for timing runs")
+        if floor or alone or backend_cpus or gap_ms or by_thread:
+            raise click.UsageError("--instructions counts instructions; --floor, --alone, "
+                                   "--backend-cpus, --gap and --by-thread are for timing "
+                                   "runs")
         _count(backend_counts, which, units, warmup, internal_timing == "on",
                split_search_from, as_json)
         return
@@ -124,7 +145,7 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
             rows.append(measure(n, REQUESTS[which], units, warmup,
                                 internal_timing=internal_timing == "on",
                                 backend_cpus=backend_cpus,
-                                split_search_from=split_search_from))
+                                split_search_from=split_search_from, gap_ms=gap_ms))
         except ClientError as e:
             fail(e)
     if as_json:
@@ -139,14 +160,27 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
     columns = ["backends", "units", "controller_cpu_ms",
                *[f"b{i}_cpu_ms" for i in range(most)], "harness_cpu_ms", "median_ms",
                "p90_ms"]
-    print_table(f"fixed cost per traffic unit: {which} (CPU ms per unit per process)",
+    spacing = f", {gap_ms:g} ms between units" if gap_ms else ""
+    print_table(f"fixed cost per traffic unit: {which}{spacing} (CPU ms per unit per process)",
                 columns, [{c: r.get(c, "") for c in columns} for r in rows])
+    if by_thread:
+        _print_threads(which, rows)
     if floors:
         print_table("one bare gRPC round trip (a small message each way; CPU ms per round "
                     "trip)", list(floors[0]), floors)
     if alones:
         print_table(f"one backend's own work on {which}, without gRPC (CPU ms per unit, "
                     "in this process)", ["units", "backend_cpu_ms"], alones)
+
+
+def _print_threads(which: str, rows: list[dict[str, Any]]) -> None:
+    """Each process's CPU ms per unit by kind of thread, the main thread first."""
+    for r in rows:
+        procs = r["cpu_ms_by_thread"]
+        names = sorted({t for ts in procs.values() for t in ts}, key=lambda t: (t != "main", t))
+        table = [{"process": p, **{t: ts.get(t, 0.0) for t in names}} for p, ts in procs.items()]
+        print_table(f"CPU ms per unit by thread: {which}, {r['backends']} backend(s), "
+                    f"{r['gap_ms']:g} ms between units", ["process", *names], table)
 
 
 def _count(backend_counts: list[int], which: str, units: int, warmup: int,

@@ -37,6 +37,32 @@ def test_fixed_cost_reports_each_process_cpu_per_unit() -> None:
         assert 0 < r["median_ms"] <= r["p90_ms"]
 
 
+def test_units_with_a_gap_between_them_and_cpu_by_thread() -> None:
+    """`--gap` idles before each unit (so the run lasts at least units × gap), and
+    the CPU by kind of thread adds up to each process's, its event loop ("main")
+    doing most of it."""
+    started = time.monotonic()
+    result = CliRunner().invoke(fixed_cost.fixed_cost, [
+        "--backends", "1", "--units", "20", "--warmup", "2", "--gap", "50", "--json"],
+        catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started >= 20 * 0.05
+    row = next(json.loads(line) for line in result.output.splitlines()
+               if line.startswith("{"))
+    assert row["gap_ms"] == 50
+    assert set(row["cpu_ms_by_thread"]) == {"controller", "b0"}
+    for proc, threads in row["cpu_ms_by_thread"].items():
+        assert "main" in threads and "event_engine" in threads, threads
+        assert sum(threads.values()) == pytest.approx(row[f"{proc}_cpu_ms"], rel=0.02)
+        assert threads["main"] == max(threads.values())
+    table = CliRunner().invoke(fixed_cost.fixed_cost, [
+        "--backends", "1", "--units", "3", "--warmup", "1", "--gap", "1", "--by-thread"],
+        catch_exceptions=False)
+    assert table.exit_code == 0, table.output
+    assert "1 ms between units" in table.output and "CPU ms per unit by thread" in table.output
+    assert "event_engine" in table.output
+
+
 def test_fixed_cost_table_names_every_process() -> None:
     result = CliRunner().invoke(fixed_cost.fixed_cost, [
         "--backends", "2", "--units", "5", "--warmup", "1", "--request", "update"],
@@ -230,8 +256,9 @@ def test_instructions_are_counted_per_process_and_library() -> None:
 
 
 def test_instructions_refuse_timing_options() -> None:
-    result = CliRunner().invoke(fixed_cost.fixed_cost, ["--instructions", "--alone"])
-    assert result.exit_code == 2 and "--instructions counts instructions" in result.output
+    for timing in (["--alone"], ["--gap", "5"], ["--by-thread"]):
+        result = CliRunner().invoke(fixed_cost.fixed_cost, ["--instructions", *timing])
+        assert result.exit_code == 2 and "--instructions counts instructions" in result.output
 
 
 def test_a_callgrind_dump_is_summed_by_library_without_inclusive_costs(tmp_path) -> None:
