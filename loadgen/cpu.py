@@ -28,7 +28,13 @@ class HasBackends(Protocol):
 
 
 def _seconds(p: Any) -> float:
-    t = p.cpu_times()        # every thread of the process: user + system
+    """A process's CPU seconds, every thread: the scheduler's nanosecond count where the
+    kernel keeps it, else psutil's (in clock ticks of 10 ms, more than a few small
+    requests of a fast machine take)."""
+    ms = run_ms(p.pid)
+    if ms is not None:
+        return ms / 1000
+    t = p.cpu_times()
     return t.user + t.system
 
 
@@ -64,20 +70,8 @@ def run_ms(pid: int) -> float | None:
     """CPU milliseconds every live thread of `pid` has run, to the nanosecond (the
     scheduler's own count in /proc/<pid>/task/*/schedstat; psutil's is in 10 ms ticks,
     coarser than a small request). None where the kernel does not keep it."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for t in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except FileNotFoundError:
-            continue             # the thread ended between the listing and the read
-        except (OSError, ValueError, IndexError):
-            return None
-    return total / 1e6
+    threads = run_ms_by_thread(pid)
+    return None if threads is None else sum(threads.values())
 
 
 def run_ms_by_thread(pid: int) -> dict[str, float] | None:
@@ -97,7 +91,7 @@ def run_ms_by_thread(pid: int) -> dict[str, float] | None:
             with open(f"/proc/{pid}/task/{t}/schedstat") as f:
                 ns = int(f.read().split()[0])
         except FileNotFoundError:
-            continue
+            continue             # the thread ended between the listing and the read
         except (OSError, ValueError, IndexError):
             return None
         out[name] = out.get(name, 0.0) + ns / 1e6
@@ -122,13 +116,14 @@ class BackendCpu:
 
 
 def ceiling(one_user_ms: float, cpu_ms: float, backends_cpu_ms: float, cores: int,
-            backend_budget: float | None = None) -> float:
+            backend_budget: float | None = None) -> float | None:
     """The most throughput can grow over one user's: one user's ms per request over the
     fewest ms per request a saturated system can manage — the cores' (all the CPU a
     request costs, spread over the cores) or, when the backends have a CPU budget and
     run out of it first, the backends' (their CPU per request over their summed budget).
+    None when no CPU was measured (nothing to divide by).
     """
     saturated_ms = cpu_ms / cores
     if backend_budget:
         saturated_ms = max(saturated_ms, backends_cpu_ms / backend_budget)
-    return one_user_ms / saturated_ms
+    return one_user_ms / saturated_ms if saturated_ms > 0 else None

@@ -167,8 +167,9 @@ def test1(address: str, users_list: list[int], n: int, per_user: int, repeats: i
         # The most users can gain: L (one user's time per request) over the time per
         # request of a saturated system (C, the CPU a request costs at this load, over
         # the cores — batching makes C fall with load — or the backends' budget).
-        r["ceiling"] = ceiling(1000 / one["requests_per_s"], r["cpu_ms_per_req"],
-                               r["backends_cpu_ms"], meter.cores, meter.backend_budget)
+        most = ceiling(1000 / one["requests_per_s"], r["cpu_ms_per_req"],
+                       r["backends_cpu_ms"], meter.cores, meter.backend_budget)
+        r["ceiling"] = "" if most is None else most
         r["normalised"] = r["scripts_per_s"] / base
         r["idm_thruput"] = IDM_THRUPUT.get(r["users"], "")
     return summary, raw

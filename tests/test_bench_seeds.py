@@ -6,7 +6,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import click
@@ -17,7 +19,7 @@ from click.testing import CliRunner
 from loadgen import kv as kv_mod
 from loadgen import tp as tp_mod
 from loadgen import users as users_mod
-from loadgen.cpu import ceiling
+from loadgen.cpu import CpuMeter, ceiling
 from loadgen.hist import Hist
 
 
@@ -183,3 +185,19 @@ def test_users_ceiling_is_bound_by_the_backends_budget_when_it_binds() -> None:
     assert ceiling(5.0, 4.0, 1.0, 2) == 2.5
     assert ceiling(5.0, 4.0, 1.0, 2, backend_budget=0.5) == 2.5
     assert ceiling(5.0, 4.0, 1.0, 2, backend_budget=0.25) == 1.25
+    # A run too short to measure any CPU has no ceiling to give (and no division by 0).
+    assert ceiling(5.0, 0.0, 0.0, 2) is None
+
+
+def test_cpu_meter_resolves_less_than_a_clock_tick() -> None:
+    """A few small requests on a fast machine take less CPU than psutil's 10 ms clock
+    tick; the meter reads the scheduler's nanosecond count, so 2 ms of work is 2 ms
+    and not 0 or 10."""
+    meter = CpuMeter(SimpleNamespace(controller=None, backends=[], backend_cpus=None))
+    before = meter.read()
+    start = time.thread_time()
+    while time.thread_time() - start < 0.002:
+        pass
+    spent = meter.spent(before, meter.read())
+    assert 0.0015 < spent["harness"] < 0.009, spent
+    assert spent["controller"] == spent["backends"] == 0
