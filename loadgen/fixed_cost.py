@@ -6,7 +6,7 @@ fixed cost of a traffic unit: the bus messages, DM's stages, CC's lock sets,
 RECP's statement, PP's gathering, REQP, metrics. This benchmark runs one small
 request over and over on one user's session against a fresh local cluster and
 divides each process's CPU time (the scheduler's nanosecond count,
-`loadgen/cpu.run_ms`) by the number of units, so the figure does not depend on
+`loadgen/cpu.run_ms_by_thread`) by the number of units, so the figure does not depend on
 what else the machine is running; the median response time is printed beside it.
 """
 
@@ -28,7 +28,7 @@ from loadgen.common import (
     print_table,
     split_search_option,
 )
-from loadgen.cpu import run_ms, run_ms_by_thread
+from loadgen.cpu import run_ms_by_thread
 from mbds.client import Client, ClientError
 
 # Request 1 of the paper: two records, two clusters, through the directory.
@@ -38,6 +38,10 @@ REQUEST_1 = P.REQUESTS[0].abdl(1)
 UPDATE_1 = ("UPDATE ((FILE = PAPER) and (INTE2 = 10)) or ((FILE = PAPER) and "
             "(INTE2 = 130)) <STR00 = Yyyyy>")
 REQUESTS = {"r1": REQUEST_1, "update": UPDATE_1}
+# What a small unit should cost: request 1, back to back, on local backends without a
+# CPU budget (docs/profile.md).
+TARGET_BACKEND_CPU_MS = 0.5
+TARGET_MEDIAN_MS = 1.5
 
 
 def measure(backends: int, text: str, units: int, warmup: int, *,
@@ -56,8 +60,7 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
         assert cluster.controller is not None
         pids = {"controller": cluster.controller.popen.pid} | {
             f"b{i}": b.popen.pid for i, b in enumerate(cluster.backends)}
-        before = {k: run_ms(pid) for k, pid in pids.items()}
-        threads0 = {k: run_ms_by_thread(pid) or {} for k, pid in pids.items()}
+        before = {k: run_ms_by_thread(pid) for k, pid in pids.items()}
         harness0 = time.process_time()
         times = []
         for _ in range(units):
@@ -67,13 +70,15 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
             client.execute(text)
             times.append((time.perf_counter() - t0) * 1000)
         harness = (time.process_time() - harness0) * 1000
-        after = {k: run_ms(pid) for k, pid in pids.items()}
-        threads = {k: _per_unit(threads0[k], run_ms_by_thread(pid) or {}, units)
-                   for k, pid in pids.items()}
-    if any(v is None for v in (*before.values(), *after.values())):
-        raise click.ClickException("this kernel keeps no /proc/<pid>/task/*/schedstat: "
-                                   "no per-process CPU time to measure")
-    cpu = {k: (after[k] - before[k]) / units for k in pids}   # type: ignore[operator]
+        after = {k: run_ms_by_thread(pid) for k, pid in pids.items()}
+    threads = {}
+    for k in pids:
+        then, now = before[k], after[k]
+        if then is None or now is None:
+            raise click.ClickException("this kernel keeps no /proc/<pid>/task/*/schedstat: "
+                                       "no per-process CPU time to measure")
+        threads[k] = _per_unit(then, now, units)
+    cpu = {k: sum(ts.values()) for k, ts in threads.items()}
     times.sort()
     return {"backends": backends, "units": units, "gap_ms": gap_ms,
             **{f"{k}_cpu_ms": v for k, v in cpu.items()},
@@ -165,12 +170,26 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
                 columns, [{c: r.get(c, "") for c in columns} for r in rows])
     if by_thread:
         _print_threads(which, rows)
+    if which == "r1" and not backend_cpus and not gap_ms:
+        split = ("" if split_search_from == 1 else
+                 f"; descriptor search split from {split_search_from} predicates")
+        print_table(f"targets of a small unit (request 1 back to back, no CPU budget{split})",
+                    ["backends", "busiest backend CPU ms", f"≤ {TARGET_BACKEND_CPU_MS}",
+                     "median ms", f"≤ {TARGET_MEDIAN_MS}"], [_verdict(r) for r in rows])
     if floors:
         print_table("one bare gRPC round trip (a small message each way; CPU ms per round "
                     "trip)", list(floors[0]), floors)
     if alones:
         print_table(f"one backend's own work on {which}, without gRPC (CPU ms per unit, "
                     "in this process)", ["units", "backend_cpu_ms"], alones)
+
+
+def _verdict(r: dict[str, Any]) -> dict[str, Any]:
+    cpu, median = r["backend_cpu_ms_max"], r["median_ms"]
+    return {"backends": r["backends"], "busiest backend CPU ms": cpu,
+            f"≤ {TARGET_BACKEND_CPU_MS}": "met" if cpu <= TARGET_BACKEND_CPU_MS else "missed",
+            "median ms": median,
+            f"≤ {TARGET_MEDIAN_MS}": "met" if median <= TARGET_MEDIAN_MS else "missed"}
 
 
 def _print_threads(which: str, rows: list[dict[str, Any]]) -> None:
