@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, TypeAlias
+from collections.abc import Sequence
+from typing import Protocol, TypeAlias
 
 from controller.decisions import Decisions
 from mbds import faults
@@ -19,20 +20,35 @@ from mbds.errors import TrafficUnitAborted
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
-if TYPE_CHECKING:
-    from controller.bus import BackendLink
+
+class Link(Protocol):
+    """A backend's bus as an inbox uses it (`controller.bus.BackendLink`): it files
+    itself under its unit's seq there, sends the unit's credit, commit or abort down it,
+    and names the backend in an error."""
+
+    name: str
+    index: int                      # its place on the bus
+    error: str                      # why its bus is down; "" while it is up
+    pending: dict[int, Inbox]
+
+    @property
+    def up(self) -> bool: ...
+
+    def send(self, msg: pb.BusMessage) -> None: ...
+
+    def unavailable(self, detail: str | None = None) -> Exception: ...
 
 WINDOW = 8           # row batches (or groups) a backend may send of one unit ahead of PP
 GRANT = WINDOW // 2  # credit is returned in steps of this many
 
 # What a bus delivers to an inbox: a reply, or None when that bus broke.
-Delivery: TypeAlias = tuple["BackendLink", "pb.BackendReply | None"]
+Delivery: TypeAlias = tuple[Link, "pb.BackendReply | None"]
 
 
 class BackendFailure(Exception):
     """A backend failed a traffic unit: an error reply, a broken bus or a missed deadline."""
 
-    def __init__(self, link: BackendLink, error: Exception) -> None:
+    def __init__(self, link: Link, error: Exception) -> None:
         super().__init__(str(error))
         self.link, self.error = link, error
 
@@ -45,21 +61,21 @@ class Inbox:
     is buffered here, within its credit window, so memory stays bounded.
     """
 
-    def __init__(self, links: list[BackendLink], seq: int, deadline: float, timeout: float,
+    def __init__(self, links: Sequence[Link], seq: int, deadline: float, timeout: float,
                  requests: int, *, epoch: str = "", decisions: Decisions | None = None) -> None:
         self.links, self.seq, self.deadline, self.timeout = links, seq, deadline, timeout
         self.end = requests             # the stage of `prepared` / `committed`
         self.key = (epoch, seq)
         self.decisions = decisions
         self.deciding: asyncio.Task[None] | None = None
-        self.ended: set[BackendLink] = set()    # backends done with the unit (or gone)
+        self.ended: set[Link] = set()    # backends done with the unit (or gone)
         self.queue: Mailbox[Delivery] = Mailbox()   # delivered by the buses, not yet taken
-        self.ahead: dict[BackendLink, deque[pb.BackendReply]] = {x: deque() for x in links}
-        self.consumed: dict[BackendLink, int] = dict.fromkeys(links, 0)
+        self.ahead: dict[Link, deque[pb.BackendReply]] = {x: deque() for x in links}
+        self.consumed: dict[Link, int] = dict.fromkeys(links, 0)
         for link in links:
             link.pending[seq] = self
 
-    def deliver(self, link: BackendLink, msg: pb.BackendReply | None) -> None:
+    def deliver(self, link: Link, msg: pb.BackendReply | None) -> None:
         """A reply of this unit from `link`'s bus (None: that bus broke)."""
         self.queue.put((link, msg))
 
@@ -74,7 +90,7 @@ class Inbox:
         return self.end if msg.WhichOneof("body") in ("prepared", "committed") \
             else msg.request_index
 
-    def _check(self, link: BackendLink, msg: pb.BackendReply | None) -> pb.BackendReply:
+    def _check(self, link: Link, msg: pb.BackendReply | None) -> pb.BackendReply:
         if msg is None:
             self.ended.add(link)
             raise BackendFailure(link, link.unavailable(link.error or "its bus closed"))
@@ -83,13 +99,13 @@ class Inbox:
             raise BackendFailure(link, TrafficUnitAborted(msg.error))
         return msg
 
-    def ready(self, waiting: set[BackendLink], stage: int) -> bool:
+    def ready(self, waiting: set[Link], stage: int) -> bool:
         """Would `take` answer without waiting?"""
         return bool(self.queue.items) or any(
             self.ahead[x] and self._stage(self.ahead[x][0]) == stage for x in waiting)
 
-    async def take(self, waiting: set[BackendLink], stage: int
-                   ) -> tuple[BackendLink, pb.BackendReply]:
+    async def take(self, waiting: set[Link], stage: int
+                   ) -> tuple[Link, pb.BackendReply]:
         """The next reply of `stage` (a request index) from one of the backends in `waiting`."""
         for link in waiting:
             ahead = self.ahead[link]
@@ -107,7 +123,7 @@ class Inbox:
                 return link, msg
             self.ahead[link].append(msg)
 
-    def consumed_batch(self, link: BackendLink) -> None:
+    def consumed_batch(self, link: Link) -> None:
         """PP is done with one row batch (or group): return credit in steps."""
         self.consumed[link] += 1
         if self.consumed[link] >= GRANT and link.up:
@@ -133,7 +149,7 @@ class Inbox:
         if not writes:
             await self.expect_all("committed")
             return
-        voted: list[BackendLink] = []
+        voted: list[Link] = []
         waiting = set(self.links)
         while waiting:
             link, msg = await self.take(waiting, self.end)
@@ -150,7 +166,7 @@ class Inbox:
             self.deciding = asyncio.create_task(self._commit(voted))
             await asyncio.shield(self.deciding)
 
-    async def _commit(self, voted: list[BackendLink]) -> None:
+    async def _commit(self, voted: list[Link]) -> None:
         assert self.decisions is not None
         try:
             faults.hit("controller.before_decision")
