@@ -66,7 +66,8 @@ class IdExchange:
     @staticmethod
     def received(st: TuState, msg: pb.DescriptorIds) -> None:
         st.peer_ids[msg.from_index] = list(msg.results)
-        wake(st)                   # stage 2 checks whether every sender is in
+        if st.awaited <= st.peer_ids.keys():
+            wake(st)               # stage 2 goes on once every sender's ids are in
 
     @staticmethod
     def gathered(st: TuState) -> bool:

@@ -64,6 +64,7 @@ def test_with_fewer_predicates_than_backends_only_the_searchers_send_and_are_awa
 
 
 def test_gather_merges_the_peers_ids_with_its_own_once_all_are_in() -> None:
+    """Stage 2 is woken once, when the last sender's ids come."""
     async def go() -> None:
         x, st = _exchange(0), TuState()
         x.share(st, _tu(3))
@@ -75,6 +76,8 @@ def test_gather_merges_the_peers_ids_with_its_own_once_all_are_in() -> None:
             msg = pb.DescriptorIds(epoch="ep", seq=7, from_index=sender)
             dm.add_pb_results(msg, found)
             x.received(st, msg)
+            if sender == 1:        # one of two senders in: stage 2 is not woken for it
+                assert st.peers_in is not None and not st.peers_in.done()
         assert await waiting == {0: {1}, 1: {5}, 2: None}
         assert x.gathered(st) and st.peers_in is None
     asyncio.run(go())
