@@ -29,22 +29,24 @@ class _PeerLink:
     def __init__(self, address: str) -> None:
         self.address = address
         self.channel = tls.channel(address, "backend")
-        self.stub = rpc.PeerStub(self.channel)
-        self.queue: Mailbox[pb.DescriptorIds] = Mailbox()
+        # The ids go down serialized already: a broadcast serializes a unit's ids once for
+        # every peer (`PeerLinks.broadcast`).
+        self._open = self.channel.stream_unary(
+            "/mbds.Peer/DescriptorIdsStream", request_serializer=None,
+            response_deserializer=pb.PeerAck.FromString, _registered_method=True)
+        self.queue: Mailbox[bytes] = Mailbox()
         self.task = asyncio.create_task(self._run())
 
     @staticmethod
-    async def _messages(
-            queue: Mailbox[pb.DescriptorIds]) -> AsyncIterator[pb.DescriptorIdsBatch]:
-        while True:       # every unit searched meanwhile goes along
-            yield pb.DescriptorIdsBatch(ids=await queue.take())
+    async def _messages(queue: Mailbox[bytes]) -> AsyncIterator[bytes]:
+        while True:       # every unit searched meanwhile goes along: serialized
+            yield b"".join(await queue.take())    # batches concatenated are one batch
 
     async def _run(self) -> None:
         while True:
             try:
                 # The first stream takes what was broadcast before this task started.
-                await self.stub.DescriptorIdsStream(self._messages(self.queue),
-                                                    wait_for_ready=True)
+                await self._open(self._messages(self.queue), wait_for_ready=True)
             except grpc.aio.AioRpcError as e:
                 log.info("peer stream to %s broke: %s", self.address, e.code())
             else:
@@ -75,8 +77,9 @@ class PeerLinks:
                 self.links[a] = _PeerLink(a)
 
     def broadcast(self, msg: pb.DescriptorIds) -> None:
+        data = pb.DescriptorIdsBatch(ids=[msg]).SerializeToString()
         for a in self.targets:
-            self.links[a].queue.put(msg)
+            self.links[a].queue.put(data)
 
     async def close(self) -> None:
         for link in self.links.values():
