@@ -33,8 +33,7 @@ def starting() -> Iterator[Callable[[Callable[[], object]], int]]:
     it yields (which returns the key that disowns it). `stop_all` waits for the block,
     so nothing is started without being recorded; once it has begun, this refuses."""
     with _lock:
-        if _stopping.is_set():
-            raise Stopping("stopping: nothing new is started")
+        check()
         yield _record
 
 
@@ -62,7 +61,7 @@ def stopping() -> bool:
 
 def stop_all(timeout: float = 60.0) -> list[str]:
     """Stop everything owned, all at once (each stop in its own thread, so one slow
-    stop delays none of the others); from here on `own` refuses. Returns what did
+    stop delays none of the others); from here on `starting` refuses. Returns what did
     not stop within `timeout`, named, or the error it stopped with."""
     with _lock:
         _stopping.set()

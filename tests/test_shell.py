@@ -26,10 +26,7 @@ def test_shell_multiline_request_and_table(cluster_factory, tmp_path) -> None:
     r = cluster_factory(2)
     r.client.define(CENSUS_YAML)
     r.client.execute("INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>)")
-    child = pexpect.spawn(sys.executable, ["-m", "mbds", "shell", "--controller",
-                                           r.cluster.address], env={"HOME": str(tmp_path),
-                                                                    "TERM": "xterm"},
-                          encoding="utf-8", timeout=30, dimensions=(40, 120))
+    child = spawn_shell(r.cluster.address, tmp_path)
     try:
         child.expect("mbds>")
         child.send("RETRIEVE ((FILE = Census) and\r")        # unbalanced: a new line
