@@ -247,8 +247,9 @@ class Iig:
                     update: pb.DirectoryUpdate, units: dict[int, pb.TrafficUnit]) -> int:
         """Place a columnar load batch: each record's cluster (descriptor ids looked up
         per directory column, clusters per distinct combination), then each cluster's
-        records spread over the backends as `choose_backend` would, per cluster rather
-        than per record. Request `i` of each unit gets its backend's records by column.
+        records dealt out over the backends in the order `choose_backend` would send
+        them one by one, worked out per cluster rather than per record. Request `i` of
+        each unit gets its backend's records by column.
         Returns the number of clusters the batch touched."""
         schema, file, n = batch.schema, batch.schema.name, batch.count
         d = self.directory
@@ -270,17 +271,22 @@ class Iig:
         cid_of = {k: self._cluster(file, k, update) for k in dict.fromkeys(keys)}
         cids = list(map(cid_of.__getitem__, keys))
         per_cluster = Counter(cids)
-        shares = {cid: self._spread(cid, k, backends) for cid, k in sorted(per_cluster.items())}
+        deals = {cid: self._spread(cid, k, backends) for cid, k in sorted(per_cluster.items())}
         if len(backends) == 1:
             units[0].requests[i].load_columns = self._columns(batch, cids, None)
         else:
-            order = sorted(range(n), key=cids.__getitem__)     # records by cluster
+            # Each cluster's records, in load order, are dealt out one at a time as the
+            # per-record rule would: a range of them (what a range predicate finds in
+            # the cluster at its edge) is split evenly too, not left on one backend.
+            order = sorted(range(n), key=cids.__getitem__)   # by cluster, stable
             mine: list[list[int]] = [[] for _ in backends]
             start = 0
             for cid in sorted(per_cluster):
-                for b, k in enumerate(shares[cid]):
-                    mine[b].extend(order[start:start + k])
-                    start += k
+                for group, rounds in deals[cid]:
+                    end = start + rounds * len(group)
+                    for offset, b in enumerate(group):
+                        mine[b].extend(order[start + offset:end:len(group)])
+                    start = end
             for b, idx in enumerate(mine):
                 if idx:
                     units[b].requests[i].load_columns = self._columns(
@@ -289,12 +295,15 @@ class Iig:
             tu.requests[i].record_count = n
         return len(per_cluster)
 
-    def _spread(self, cid: int, k: int, backends: list[str]) -> list[int]:
-        """How many of `k` new records of cluster `cid` each backend stores: the fewest
-        of the cluster first, ties to the fewest overall (so even ±1, as per record)."""
+    def _spread(self, cid: int, k: int, backends: list[str]) -> list[tuple[list[int], int]]:
+        """Where `k` new records of cluster `cid` go, as `choose_backend` would send them
+        one by one: the fewest of the cluster first, ties to the fewest overall. Returned
+        as deals in order, each (backends, rounds): that many rounds of one record to
+        each of those backends in turn."""
         counts = self.counts.setdefault(cid, {})
         level = [counts.get(b, 0) for b in backends]
         give = [0] * len(backends)
+        deals: list[tuple[list[int], int]] = []
         while k:
             low = min(level)
             lowest = sorted((j for j, x in enumerate(level) if x == low),
@@ -308,10 +317,11 @@ class Iig:
                 give[j] += step
                 level[j] += step
             k -= step * len(lowest)
+            deals.append((lowest, step))
         for j, b in enumerate(backends):
             counts[b] = counts.get(b, 0) + give[j]
             self.totals[b] = self.totals.get(b, 0) + give[j]
-        return give
+        return deals
 
     @staticmethod
     def _columns(batch: LoadBatch, cids: list[int], idx: list[int] | None) -> bytes:

@@ -143,12 +143,16 @@ def test_a_batch_with_bad_names_or_shapes_is_refused() -> None:
 # ------------------------------------------------------------- IIG, per batch --
 def test_placement_per_batch_matches_the_per_record_rule() -> None:
     """Every record lands in the cluster `cluster_of` gives its directory values, each
-    cluster is spread over the backends evenly (±1), and new type-C values get one
+    cluster's records are dealt out over the backends in load order, one at a time as
+    per record (so every run of them, such as the part of a cluster a range predicate
+    finds, is split evenly, ±1 from the cluster's start), and new type-C values get one
     descriptor each, in the update that travels with the unit."""
     iig = census_iig()
     names = ["b0", "b1", "b2"]
     rows = [census_row(i) for i in range(2000)]
+    position = {row[1]: i for i, row in enumerate(rows)}    # POP is unique here
     where: dict[int, Counter[str]] = defaultdict(Counter)
+    dealt: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for first in (1, 1001):
         units = {b: pb.TrafficUnit(requests=[pb.Request(op=pb.INSERT)]) for b in range(3)}
         update = pb.DirectoryUpdate()
@@ -163,6 +167,7 @@ def test_placement_per_batch_matches_the_per_record_rule() -> None:
             for cid, rec in zip(got.cluster_ids, zip(*vals, strict=True), strict=True):
                 placed.append(list(rec))
                 where[cid][names[b]] += 1
+                dealt[cid].append((position[rec[1]], b))
                 assert iig.cluster_of("CENSUS", key(rec), pb.DirectoryUpdate()) == cid
         assert sorted(map(repr, placed)) == sorted(map(repr, rows[first - 1:first + 999]))
         assert touched == len({iig.cluster_of("CENSUS", key(r), pb.DirectoryUpdate())
@@ -173,6 +178,10 @@ def test_placement_per_batch_matches_the_per_record_rule() -> None:
     for cid, per in where.items():
         counts = [per[b] for b in names]
         assert max(counts) - min(counts) <= 1, (cid, counts)
+        so_far = [0, 0, 0]
+        for n, (_, b) in enumerate(sorted(dealt[cid]), 1):   # in load order
+            so_far[b] += 1
+            assert max(so_far) - min(so_far) <= 1, (cid, n, so_far)
         assert iig.counts[cid] == {b: per[b] for b in names if per[b]} | {
             b: 0 for b in names if not per[b] and b in iig.counts[cid]}
 

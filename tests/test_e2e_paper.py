@@ -3,7 +3,10 @@ requests with 1, 2 and 3 backends give exactly the right records and Table 2."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import sqlite3
+from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
@@ -91,3 +94,26 @@ def test_whole_database_is_spread_evenly(paper_cluster: Running) -> None:
     counts = [b["records"] for b in result.stats["backends"]]
     # 24 clusters, each split within ±1 record over the backends.
     assert max(counts) - min(counts) <= 24
+
+
+def test_each_clusters_records_are_dealt_out_in_load_order(paper_cluster: Running) -> None:
+    """In every backend's SQLite file: a cluster's records, taken in the order they were
+    loaded, went one to each backend in turn, across load batches — so the records of a
+    range that ends inside a cluster (request 2's INTE2 <= 250, say) are split as evenly
+    as the whole cluster, and no backend answers for more of them than its share."""
+    n = len(paper_cluster.cluster.backends)
+    dealt: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    for b in range(n):
+        path = paper_cluster.cluster.data_dir / f"b{b}" / "backend.db"
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            for cid, multi, inte1 in db.execute('SELECT cluster_id, MULTI, INTE1 FROM "r_PAPER"'):
+                dealt[cid].append((P.MULTI_NAMES.index(multi), inte1, b))
+    assert sum(map(len, dealt.values())) == 1000 * MULTI
+    for cid, records in dealt.items():
+        so_far = [0] * n
+        for _, _, b in sorted(records):            # in load order
+            so_far[b] += 1
+            assert max(so_far) - min(so_far) <= 1, (cid, so_far)
+    [result] = paper_cluster.client.execute(P.REQUESTS[1].abdl())
+    counts = [b["records"] for b in result.stats["backends"]]
+    assert sum(counts) == 250 * MULTI and max(counts) - min(counts) <= 7, counts
