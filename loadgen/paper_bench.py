@@ -37,7 +37,7 @@ from loadgen.common import Counted, run_counted, split_search_option
 from loadgen.compose_cluster import ComposeCluster
 from loadgen.cpu import BackendCpu
 from loadgen.paper_control import Together, start_together
-from loadgen.paper_results import Config, ConfigResult
+from loadgen.paper_results import Config, ConfigResult, write_json
 from loadgen.paper_summary import console_for_summary
 from loadgen.speed import speed_probe_ms
 from loadgen.table8 import Scrape, handler_rows, scrape, settle
@@ -291,7 +291,7 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
     if table2 is not None:
         meta["table2"] = table2
     paper_report.write(out, meta, results, console, all_tables=all_tables)
-    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    write_json(out / "meta.json", meta)
 
 
 def loaded_records(cfg: Config, scale: int) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from loadgen import paper_report
-from loadgen.paper_results import Config, ConfigResult
+from loadgen.paper_results import Config, ConfigResult, write_json
 from loadgen.paper_summary import console_for_summary
 
 console = console_for_summary()     # 100 columns, as `mbds bench paper` prints
@@ -110,6 +110,6 @@ def paper_pool(folders: tuple[Path, ...], out: Path) -> None:
         raise click.ClickException("no runs in these folders")
     out.mkdir(parents=True, exist_ok=True)
     paper_report.write(out, meta, results, console)
-    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    write_json(out / "meta.json", meta)
     console.print(f"{sum(len(t) for r in results for t in r.times_ms.values())} runs "
                   f"from {len(folders)} folders; results in {out}")

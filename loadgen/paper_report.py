@@ -4,7 +4,6 @@ terminal gets their summary (paper_summary), or all of them with --tables."""
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 from rich.console import Console
@@ -19,7 +18,7 @@ from loadgen.formulas import (
     overhead,
     reduction,
 )
-from loadgen.paper_results import ConfigResult
+from loadgen.paper_results import ConfigResult, write_json
 
 
 def _by_name(results: list[ConfigResult]) -> dict[str, ConfigResult]:
@@ -218,7 +217,7 @@ def write(out: Path, meta: dict, results: list[ConfigResult], console: Console, 
                           "backend_cpu_ms": r.backend_cpu_ms.get(q, [])}
                       for q in r.times_ms},
          "handlers": r.handlers} for r in results]}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     if "table4" in tables:
         meta["plots"] = paper_plots.draw(out, meta, results)
     (out / "report.md").write_text(_markdown(meta, tables))

@@ -7,8 +7,11 @@ so each of those imports this one and none needs another's.
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -47,3 +50,9 @@ class ConfigResult:
     def sd(self, req: int) -> float:
         runs = self.times_ms[req]
         return statistics.stdev(runs) if len(runs) > 1 else 0.0
+
+
+def write_json(path: Path, data: Any) -> None:
+    """A results file as compact JSON, as `docs/results` keeps it: a report folder is
+    committed as the benchmark wrote it."""
+    path.write_text(json.dumps(data, separators=(",", ":"), ensure_ascii=False))

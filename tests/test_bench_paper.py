@@ -35,6 +35,9 @@ def test_bench_paper_small_run(tmp_path: Path) -> None:
     assert set(speed) == {"before", "after"} and all(v > 0 for v in speed.values())
     assert f"{speed['before']:.1f}" in (out / "report.md").read_text()
     summary = json.loads((out / "summary.json").read_text())
+    for name in ("summary.json", "meta.json"):     # compact, as docs/results keeps them
+        text = (out / name).read_text()
+        assert text == json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
     configs = {r["config"]: r for r in summary["results"]}
     assert set(configs) == {"A.E", "B2.E", "C2.E", "A.I", "B2.I"}
     for name, r in configs.items():
@@ -151,6 +154,7 @@ def _check_pooling(out: Path, summary: dict, tmp_path: Path) -> None:
     res = CliRunner().invoke(paper_pool, [str(out), str(copy), "--out", str(pooled)])
     assert res.exit_code == 0, res.output
     both = json.loads((pooled / "summary.json").read_text())
+    assert "\n" not in (pooled / "summary.json").read_text()     # compact
     # runs.csv keeps 3 decimals of each ms, so a pooled mean or median is off by up to
     # 0.0005 ms, and a percentage 100 (y / a - 1) by up to 0.05 (a + y) / a² (y the
     # other configuration's figure); each table prints 2 decimals (0.005 either side).
