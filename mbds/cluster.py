@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import site
 import subprocess
 import sys
 import threading
@@ -22,6 +23,19 @@ from pathlib import Path
 
 from mbds import owned
 from mbds.service import OWNED
+
+
+def _same_code() -> dict[str, str]:
+    """Where a started service imports `mbds` from: where this process did. With `-P`
+    its working directory is not on its path (a checkout there would otherwise run in
+    its place), and a package outside site-packages (a checkout, an editable install)
+    goes first on PYTHONPATH."""
+    root = str(Path(__file__).resolve().parent.parent)
+    if root in {*site.getsitepackages(), site.getusersitepackages()}:
+        return {}
+    rest = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": root + (os.pathsep + rest if rest else "")}
+
 
 LISTENING = re.compile(r"listening on (\S+)")
 METRICS = re.compile(r"metrics on (http://\S+)")   # what `mbds backend|controller` print
@@ -71,9 +85,9 @@ class Proc:
         self._ready = threading.Event()
         with owned.starting() as record:    # a supervisor's stop_all stops it too
             self.popen = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "mbds", *args], stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True,
-                env={**os.environ, **(env or {}), OWNED: "1"})    # Ctrl-C is left to `stop`
+                [*prefix, sys.executable, "-P", "-m", "mbds", *args], stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True,    # Ctrl-C is left to `stop`
+                env={**os.environ, **_same_code(), **(env or {}), OWNED: "1"})
             self._owned = record(self.stop)
         threading.Thread(target=self._pump, daemon=True).start()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mbds.client import Client
 from mbds.cluster import LocalCluster, Proc, ProcessFailed
 from tests.lines import OutputLines
 
@@ -55,6 +56,24 @@ def test_stop_ends_the_controller_and_every_backend(tmp_path: Path) -> None:
     finally:
         cluster.stop()
     assert _alive(procs) == []
+
+
+def test_the_services_run_the_code_that_started_them(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started from a directory that holds another `mbds` (an older checkout, say), the
+    services still run this one, as the command that starts them does."""
+    impostor = tmp_path / "elsewhere" / "mbds"
+    impostor.mkdir(parents=True)
+    (impostor / "__init__.py").write_text("")
+    (impostor / "__main__.py").write_text("raise SystemExit('the mbds of the directory ran')\n")
+    monkeypatch.chdir(impostor.parent)
+    cluster = LocalCluster(tmp_path / "data", 1)
+    cluster.start()
+    try:
+        with Client(cluster.address, ca=cluster.ca) as client:
+            assert [b.name for b in client.status().backends] == ["b0"]
+    finally:
+        cluster.stop()
 
 
 def test_a_backend_that_fails_to_start_takes_the_started_ones_down(tmp_path: Path) -> None:
