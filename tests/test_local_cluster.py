@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mbds import cluster as local_cluster
 from mbds.client import Client
 from mbds.cluster import LocalCluster, Proc, ProcessFailed
 from tests.lines import OutputLines
@@ -74,6 +75,17 @@ def test_the_services_run_the_code_that_started_them(tmp_path: Path,
             assert [b.name for b in client.status().backends] == ["b0"]
     finally:
         cluster.stop()
+
+
+def test_an_installed_package_is_not_put_before_the_standard_library(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a checkout the services get its root first on PYTHONPATH; from
+    site-packages nothing is added (it would go ahead of the standard library)."""
+    root = str(Path(local_cluster.__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert local_cluster._same_code() == {"PYTHONPATH": root + os.pathsep + "/elsewhere"}
+    monkeypatch.setattr(local_cluster.site, "getsitepackages", lambda: [root])
+    assert local_cluster._same_code() == {}
 
 
 def test_a_backend_that_fails_to_start_takes_the_started_ones_down(tmp_path: Path) -> None:
