@@ -102,7 +102,7 @@ def test_each_clusters_records_are_dealt_out_in_load_order(paper_cluster: Runnin
     range that ends inside a cluster (request 2's INTE2 <= 250, say) are split as evenly
     as the whole cluster, and no backend answers for more of them than its share."""
     n = len(paper_cluster.cluster.backends)
-    dealt: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+    dealt: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for b in range(n):
         path = paper_cluster.cluster.data_dir / f"b{b}" / "backend.db"
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
