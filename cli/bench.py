@@ -5,9 +5,16 @@ SIGTERM (a stopped CI job, `kill`, `timeout`) or Ctrl-C stops them with it."""
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from cli.supervise import SupervisedGroup
+from mbds.grpc_engine import IOMGR_ENDPOINTS, VARIABLE
+
+# The harness's clients on the services' socket engine (mbds/grpc_engine.py), before
+# any benchmark's module loads grpc.
+os.environ.setdefault(VARIABLE, IOMGR_ENDPOINTS)
 
 BENCHMARKS = {
     "paper": "loadgen.paper_bench:paper",              # the paper's Tables 3–8

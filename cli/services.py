@@ -12,6 +12,10 @@ from typing import NoReturn
 
 import click
 
+from mbds.grpc_engine import IOMGR_ENDPOINTS, VARIABLE
+
+os.environ.setdefault(VARIABLE, IOMGR_ENDPOINTS)   # before grpc loads: mbds/grpc_engine.py
+
 from cli.certs import tls_options
 from cli.options import event_loop_option, fail, split_search_option
 from mbds import eventloop

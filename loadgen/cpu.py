@@ -74,6 +74,26 @@ def run_ms(pid: int) -> float | None:
     return None if threads is None else sum(threads.values())
 
 
+def switches(pid: int) -> int | None:
+    """Context switches of every live thread of `pid` so far, voluntary and not (a
+    count that, unlike CPU time, does not move with the machine's speed). None where
+    the kernel does not keep it."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except FileNotFoundError:
+            continue             # the thread ended between the listing and the read
+        except (OSError, ValueError, IndexError):
+            return None
+    return total
+
+
 def run_ms_by_thread(pid: int) -> dict[str, float] | None:
     """`run_ms` by kind of thread: the main thread (a service's event loop) as "main",
     the others by the name the kernel keeps for them (gRPC's "event_engine" pool, its

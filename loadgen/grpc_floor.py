@@ -8,7 +8,8 @@ echoes each message of a bidirectional stream (grpc.aio on the services' event l
 this process sending one small message and awaiting its echo, over mutual TLS with
 certificates of the cluster's kind (as the internal links are) or plaintext (as the
 client port on loopback). CPU per round trip is each process's scheduler count, as in
-`mbds bench fixed-cost`, so it holds on a busy machine.
+`mbds bench fixed-cost`, so it holds on a busy machine; the server's thread switches per
+round trip say how many threads a message passes through (mbds/grpc_engine.py).
 
     python3 -m loadgen.grpc_floor serve [TLS_DIR]   # the echo server (a child): prints its port
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 import grpc
 
-from loadgen.cpu import run_ms
+from loadgen.cpu import run_ms, switches
 from mbds import eventloop, owned, tls
 
 METHOD = "/floor.Echo/Stream"
@@ -87,6 +88,7 @@ async def _round_trips(port: int, tls_dir: Path | None, n: int, warmup: int,
             await call.write(PAYLOAD)
             await call.read()
         server0, client0 = run_ms(server_pid), time.process_time()
+        switched0 = switches(server_pid)
         times = []
         for _ in range(n):
             t0 = time.perf_counter()
@@ -95,11 +97,12 @@ async def _round_trips(port: int, tls_dir: Path | None, n: int, warmup: int,
                 raise RuntimeError("the echo server answered something else")
             times.append((time.perf_counter() - t0) * 1000)
         client = (time.process_time() - client0) * 1000
-        server1 = run_ms(server_pid)
+        server1, switched1 = run_ms(server_pid), switches(server_pid)
         await call.done_writing()
-    if server0 is None or server1 is None:
+    if server0 is None or server1 is None or switched0 is None or switched1 is None:
         raise RuntimeError("this kernel keeps no per-thread schedstat")
     return {"server_cpu_ms": (server1 - server0) / n, "client_cpu_ms": client / n,
+            "server_switches": (switched1 - switched0) / n,
             "median_ms": statistics.median(times)}
 
 

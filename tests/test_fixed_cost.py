@@ -249,6 +249,8 @@ def test_floor_is_one_real_round_trip_per_transport() -> None:
         # Both ends did work for every message, and a round trip is neither free nor slow.
         assert 0.005 < f["server_cpu_ms"] < 50 and 0.005 < f["client_cpu_ms"] < 50, f
         assert 0 < f["median_ms"] < 50, f
+        # The echo server woke for every message (its event loop at least once each way).
+        assert 1 <= f["server_switches"] < 100, f
 
 
 def test_instructions_are_counted_per_process_and_library() -> None:
