@@ -12,7 +12,7 @@ their summed budget.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import click
@@ -78,20 +78,11 @@ def switches(pid: int) -> int | None:
     """Context switches of every live thread of `pid` so far, voluntary and not (a
     count that, unlike CPU time, does not move with the machine's speed). None where
     the kernel does not keep it."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for t in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{t}/status") as f:
-                total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
-        except FileNotFoundError:
-            continue             # the thread ended between the listing and the read
-        except (OSError, ValueError, IndexError):
-            return None
-    return total
+    def read(folder: str, _tid: str) -> tuple[str, float]:
+        with open(f"{folder}/status") as f:
+            return "all", sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+    threads = _by_thread(pid, read)
+    return None if threads is None else int(threads.get("all", 0))
 
 
 def run_ms_by_thread(pid: int) -> dict[str, float] | None:
@@ -99,6 +90,18 @@ def run_ms_by_thread(pid: int) -> dict[str, float] | None:
     the others by the name the kernel keeps for them (gRPC's "event_engine" pool, its
     "python" poller thread, ...), summed over the threads of one name. None where the
     kernel keeps no schedstat."""
+    def read(folder: str, tid: str) -> tuple[str, float]:
+        with open(f"{folder}/comm") as f:
+            name = "main" if tid == str(pid) else f.read().strip()
+        with open(f"{folder}/schedstat") as f:
+            return name, int(f.read().split()[0]) / 1e6
+    return _by_thread(pid, read)
+
+
+def _by_thread(pid: int, read: Callable[[str, str], tuple[str, float]]
+               ) -> dict[str, float] | None:
+    """What `read(its /proc folder, its id)` finds in each live thread of `pid`, summed
+    by the name it gives; None where the kernel keeps no such file."""
     out: dict[str, float] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -106,15 +109,12 @@ def run_ms_by_thread(pid: int) -> dict[str, float] | None:
         return None
     for t in tasks:
         try:
-            with open(f"/proc/{pid}/task/{t}/comm") as f:
-                name = "main" if t == str(pid) else f.read().strip()
-            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
-                ns = int(f.read().split()[0])
+            name, value = read(f"/proc/{pid}/task/{t}", t)
         except FileNotFoundError:
             continue             # the thread ended between the listing and the read
         except (OSError, ValueError, IndexError):
             return None
-        out[name] = out.get(name, 0.0) + ns / 1e6
+        out[name] = out.get(name, 0.0) + value
     return out
 
 
