@@ -31,13 +31,17 @@ from loadgen.common import (
 from loadgen.cpu import run_ms_by_thread
 from mbds.client import Client, ClientError
 
-# Request 1 of the paper: two records, two clusters, through the directory.
-REQUEST_1 = P.REQUESTS[0].abdl(1)
-# An UPDATE of a non-directory attribute of those two records: a two-phase unit on
-# more than one backend (prepare, vote, decision, commit).
+# An UPDATE of a non-directory attribute of request 1's two records: a two-phase unit
+# on more than one backend (prepare, vote, decision, commit).
 UPDATE_1 = ("UPDATE ((FILE = PAPER) and (INTE2 = 10)) or ((FILE = PAPER) and "
             "(INTE2 = 130)) <STR00 = Yyyyy>")
-REQUESTS = {"r1": REQUEST_1, "update": UPDATE_1}
+# The paper's requests (r1: two records, two clusters, through the directory) and the update.
+REQUESTS = [f"r{i + 1}" for i in range(len(P.REQUESTS))] + ["update"]
+
+
+def request_text(which: str, scale: int) -> str:
+    """The ABDL of `which` on the paper's database at `scale`."""
+    return UPDATE_1 if which == "update" else P.REQUESTS[int(which[1:]) - 1].abdl(scale)
 # What a small unit should cost: request 1, back to back, on local backends without a
 # CPU budget (docs/profile.md).
 TARGET_BACKEND_CPU_MS = 0.5
@@ -46,15 +50,16 @@ TARGET_MEDIAN_MS = 1.5
 
 def measure(backends: int, text: str, units: int, warmup: int, *,
             internal_timing: bool = False, backend_cpus: float | None = None,
-            split_search_from: int = 1, gap_ms: float = 0.0) -> dict[str, Any]:
+            split_search_from: int = 1, gap_ms: float = 0.0, scale: int = 1
+            ) -> dict[str, Any]:
     """CPU ms per unit of every process (in all and by kind of thread) and the response
     times of `units` runs of `text` on a fresh cluster of `backends` backends holding
-    the paper's database (scale 1), each run `gap_ms` after the end of the one before."""
+    the paper's database at `scale`, each run `gap_ms` after the end of the one before."""
     with local_cluster_procs(backends, internal_timing=internal_timing,
                              backend_cpus=backend_cpus,
                              split_search_from=split_search_from) as cluster, \
-            Client(cluster.address) as client:
-        P.load(client, 1)
+            Client(cluster.address, timeout=600) as client:
+        P.load(client, scale)
         for _ in range(warmup):         # caches, prepared statements, the session
             client.execute(text)
         assert cluster.controller is not None
@@ -98,9 +103,12 @@ def _per_unit(before: dict[str, float], after: dict[str, float], units: int
 @click.command("fixed-cost")
 @click.option("--backends", "backend_counts", callback=lambda c, p, v: int_list(v),
               default="1,2", show_default=True, help="Cluster sizes to measure, e.g. 1,2.")
-@click.option("--request", "which", type=click.Choice(sorted(REQUESTS)), default="r1",
-              show_default=True, help="r1: the paper's request 1; update: an UPDATE of "
-              "its two records' STR00.")
+@click.option("--request", "which", type=click.Choice(REQUESTS), default="r1",
+              show_default=True, help="r1 … r9: the paper's requests; update: an UPDATE "
+              "of request 1's two records' STR00.")
+@click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
+              help="The paper's database at this scale (1: 1,000 records). With r2 … r9 "
+              "and --instructions, how the work itself divides over the backends.")
 @click.option("--units", type=click.IntRange(min=1), default=500, show_default=True,
               help="Traffic units measured per cluster size.")
 @click.option("--warmup", type=click.IntRange(min=0), default=50, show_default=True)
@@ -126,36 +134,40 @@ def _per_unit(before: dict[str, float], after: dict[str, float], units: int
               "unit by process and by library (a figure that does not move with the "
               "machine's load; needs valgrind).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per cluster size.")
-def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
+def fixed_cost(backend_counts: list[int], which: str, scale: int, units: int, warmup: int,
                internal_timing: str, backend_cpus: float | None,
                split_search_from: int, gap_ms: float, by_thread: bool, floor: bool,
                alone: bool, count: bool, as_json: bool) -> None:
     """CPU ms per traffic unit of the controller and each backend, for a small request."""
+    text = request_text(which, scale)
     if count:
         if floor or alone or backend_cpus or gap_ms or by_thread:
             raise click.UsageError("--instructions counts instructions; --floor, --alone, "
                                    "--backend-cpus, --gap and --by-thread are for timing "
                                    "runs")
-        _count(backend_counts, which, units, warmup, internal_timing == "on",
+        _count(backend_counts, which, text, scale, units, warmup, internal_timing == "on",
                split_search_from, as_json)
         return
+    if alone and scale != 1:
+        raise click.UsageError("--alone runs on the paper's database at scale 1")
     floors = grpc_floor.measure(max(units, 1000)) if floor else []
-    alones = [backend_alone.measure(REQUESTS[which], max(units, 2000), warmup)] if alone else []
+    alones = [backend_alone.measure(text, max(units, 2000), warmup)] if alone else []
     rows = []
     for n in backend_counts:
         if n < 1:
             raise click.BadParameter(f"a cluster needs at least one backend, got {n}",
                                      param_hint="--backends")
         try:
-            rows.append(measure(n, REQUESTS[which], units, warmup,
+            rows.append(measure(n, text, units, warmup,
                                 internal_timing=internal_timing == "on",
                                 backend_cpus=backend_cpus,
-                                split_search_from=split_search_from, gap_ms=gap_ms))
+                                split_search_from=split_search_from, gap_ms=gap_ms,
+                                scale=scale))
         except ClientError as e:
             fail(e)
     if as_json:
         for r in rows:
-            click.echo(json.dumps({"request": which, **r}))
+            click.echo(json.dumps({"request": which, "scale": scale, **r}))
         for f in floors:
             click.echo(json.dumps({"floor": True, **f}))
         for a in alones:
@@ -170,7 +182,7 @@ def fixed_cost(backend_counts: list[int], which: str, units: int, warmup: int,
                 columns, [{c: r.get(c, "") for c in columns} for r in rows])
     if by_thread:
         _print_threads(which, rows)
-    if which == "r1" and not backend_cpus and not gap_ms:
+    if which == "r1" and scale == 1 and not backend_cpus and not gap_ms:
         split = ("" if split_search_from == 1 else
                  f"; descriptor search split from {split_search_from} predicates")
         print_table(f"targets of a small unit (request 1 back to back, no CPU budget{split})",
@@ -202,29 +214,40 @@ def _print_threads(which: str, rows: list[dict[str, Any]]) -> None:
                     f"{r['gap_ms']:g} ms between units", ["process", *names], table)
 
 
-def _count(backend_counts: list[int], which: str, units: int, warmup: int,
-           internal_timing: bool, split_search_from: int, as_json: bool) -> None:
-    """`--instructions`: each process's instructions per unit, and by library."""
+def _count(backend_counts: list[int], which: str, text: str, scale: int, units: int,
+           warmup: int, internal_timing: bool, split_search_from: int, as_json: bool) -> None:
+    """`--instructions`: each process's instructions per unit, and by library; from one
+    backend to n, the improvement in the busiest backend's count (the work itself divided,
+    whatever the machine does to its time)."""
     for n in backend_counts:
         if n < 1:
             raise click.BadParameter(f"a cluster needs at least one backend, got {n}",
                                      param_hint="--backends")
     try:
-        rows = [instructions.measure(n, REQUESTS[which], units, warmup,
-                                     internal_timing=internal_timing,
-                                     split_search_from=split_search_from)
+        rows = [instructions.measure(n, text, units, warmup, internal_timing=internal_timing,
+                                     split_search_from=split_search_from, scale=scale)
                 for n in backend_counts]
     except ClientError as e:
         fail(e)
+    for r in rows:
+        r["backend_instructions_max"] = max(r[f"b{i}_instructions"] for i in range(r["backends"]))
     if as_json:
         for r in rows:
-            click.echo(json.dumps({"request": which, **r}))
+            click.echo(json.dumps({"request": which, "scale": scale, **r}))
         return
     libs = [lib for _, lib in instructions.LIBRARIES] + ["other"]
     for r in rows:
         table = [{"process": name, "instructions": sum(counts.values()),
                   **{lib: counts.get(lib, 0) for lib in libs}}
                  for name, counts in r["by_library"].items()]
-        print_table(f"instructions per traffic unit: {which}, {r['backends']} backend(s), "
-                    f"{r['units']} units (callgrind; the kernel's part not counted)",
-                    ["process", "instructions", *libs], table)
+        print_table(f"instructions per traffic unit: {which} at scale {scale}, "
+                    f"{r['backends']} backend(s), {r['units']} units (callgrind; the "
+                    "kernel's part not counted)", ["process", "instructions", *libs], table)
+    one = next((r for r in rows if r["backends"] == 1), None)
+    if one is not None and len(rows) > 1:
+        base = one["backend_instructions_max"]
+        print_table(f"{which} at scale {scale}: improvement 1→n from the busiest backend's "
+                    "instructions", ["backends", "busiest backend", "improvement", "bound"],
+                    [{"backends": r["backends"], "busiest backend": r["backend_instructions_max"],
+                      "improvement": f"{1 - r['backend_instructions_max'] / base:.2%}",
+                      "bound": f"{1 - 1 / r['backends']:.2%}"} for r in rows])

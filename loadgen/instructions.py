@@ -84,9 +84,10 @@ def _dump(out: Path, pid: int) -> Path:
 
 
 def measure(backends: int, text: str, units: int, warmup: int, *,
-            internal_timing: bool = False, split_search_from: int = 1) -> dict[str, Any]:
+            internal_timing: bool = False, split_search_from: int = 1, scale: int = 1
+            ) -> dict[str, Any]:
     """Instructions per unit of `text`, by process and library, on a fresh local cluster
-    holding the paper's database (scale 1)."""
+    holding the paper's database at `scale`."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise click.ClickException("--instructions needs valgrind (apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="mbds-callgrind-") as tmp:
@@ -96,8 +97,8 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
         with local_cluster_procs(backends, internal_timing=internal_timing,
                                  split_search_from=split_search_from,
                                  prefix=prefix, start_timeout=300) as cluster, \
-                Client(cluster.address, timeout=300) as client:
-            P.load(client, 1)
+                Client(cluster.address, timeout=600) as client:
+            P.load(client, scale)
             for _ in range(warmup):
                 client.execute(text)
             assert cluster.controller is not None

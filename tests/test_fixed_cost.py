@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from backend import recp
 from backend.plan import FilePlan
 from loadgen import fixed_cost
+from loadgen import paper_db as P
 from mbds import metrics
 from mbds.schema import Attribute, FileSchema
 
@@ -271,6 +272,57 @@ def test_instructions_are_counted_per_process_and_library() -> None:
     # The backends read the records; the controller reads no SQLite for a retrieval.
     assert row["by_library"]["b0"]["sqlite"] > 0
     assert row["by_library"]["controller"].get("sqlite", 0) == 0
+
+
+def test_a_large_request_divides_its_instructions_over_the_backends() -> None:
+    """`--request r2 --scale N --instructions` on 1 and 2 backends: the data loaded at
+    that scale, each backend's count, and the busiest backend's improvement printed."""
+    args = ["--backends", "1,2", "--request", "r2", "--scale", "3", "--units", "2",
+            "--warmup", "1", "--instructions"]
+    result = CliRunner().invoke(fixed_cost.fixed_cost, [*args, "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    one, two = [json.loads(line) for line in result.output.splitlines()
+                if line.startswith("{")]
+    assert (one["request"], one["scale"], one["backends"], two["backends"]) == ("r2", 3, 1, 2)
+    assert two["backend_instructions_max"] == max(two["b0_instructions"],
+                                                  two["b1_instructions"])
+    # Request 2 reads 750 of 3,000 records here: SQLite's share is most of a backend's
+    # count, and two backends each do about half of it.
+    assert one["by_library"]["b0"]["sqlite"] > one["b0_instructions"] / 3, one
+    assert 0.4 < two["backend_instructions_max"] / one["backend_instructions_max"] < 0.75
+    table = CliRunner().invoke(fixed_cost.fixed_cost, args, catch_exceptions=False).output
+    assert "improvement 1→n from the busiest" in table     # the title (wrapped)
+    assert "busiest backend" in table and "50.00%" in table   # the bound at two backends
+
+
+def test_both_modes_load_the_database_at_the_scale_asked(monkeypatch) -> None:
+    """`--scale` reaches the load of the timed and of the counted cluster alike."""
+    from loadgen import instructions
+
+    class Loaded(Exception):
+        pass
+
+    def load(_client, scale: int, *_a, **_k) -> None:
+        raise Loaded(scale)
+    monkeypatch.setattr(P, "load", load)
+    for extra in ([], ["--instructions"]):
+        if extra and not instructions.shutil.which("valgrind"):
+            continue
+        with pytest.raises(Loaded) as got:
+            CliRunner().invoke(fixed_cost.fixed_cost, ["--backends", "1", "--request", "r3",
+                                                       "--scale", "7", *extra],
+                               catch_exceptions=False)
+        assert got.value.args == (7,)
+
+
+def test_request_texts_are_the_papers_at_the_scale() -> None:
+    assert fixed_cost.request_text("r2", 100) == P.REQUESTS[1].abdl(100)
+    assert fixed_cost.request_text("r9", 1) == P.REQUESTS[8].abdl(1)
+    assert fixed_cost.request_text("update", 7) == fixed_cost.UPDATE_1
+    result = CliRunner().invoke(fixed_cost.fixed_cost, ["--alone", "--scale", "2"])
+    assert result.exit_code == 2 and "--alone runs on the paper's database at scale 1" \
+        in result.output
 
 
 def test_instructions_refuse_timing_options() -> None:
