@@ -42,6 +42,8 @@ REQUESTS = [f"r{i + 1}" for i in range(len(P.REQUESTS))] + ["update"]
 def request_text(which: str, scale: int) -> str:
     """The ABDL of `which` on the paper's database at `scale`."""
     return UPDATE_1 if which == "update" else P.REQUESTS[int(which[1:]) - 1].abdl(scale)
+
+
 # What a small unit should cost: request 1, back to back, on local backends without a
 # CPU budget (docs/profile.md).
 TARGET_BACKEND_CPU_MS = 0.5
@@ -229,8 +231,6 @@ def _count(backend_counts: list[int], which: str, text: str, scale: int, units: 
                 for n in backend_counts]
     except ClientError as e:
         fail(e)
-    for r in rows:
-        r["backend_instructions_max"] = max(r[f"b{i}_instructions"] for i in range(r["backends"]))
     if as_json:
         for r in rows:
             click.echo(json.dumps({"request": which, "scale": scale, **r}))

@@ -114,7 +114,9 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
             counts = {name: by_library(_dump(out, pid)) for name, pid in pids.items()}
     per_unit = {name: {lib: round(n / units) for lib, n in sorted(
         c.items(), key=lambda kv: -kv[1])} for name, c in counts.items()}
+    totals = {name: sum(c.values()) // units for name, c in counts.items()}
     return {"backends": backends, "units": units,
-            **{f"{name}_instructions": sum(c.values()) // units
-               for name, c in counts.items()},
+            **{f"{name}_instructions": n for name, n in totals.items()},
+            "backend_instructions_max": max(n for name, n in totals.items()
+                                            if name != "controller"),
             "by_library": per_unit}

@@ -3,9 +3,8 @@
 grpcio reads and writes its sockets on EventEngine's own thread pool by default, so each
 message passes from a pool thread to the completion-queue poller and on to the event
 loop. Two of grpcio's experiments give the sockets back to iomgr's endpoints, which
-the poller thread reads itself and the sender writes inline: about half the thread
-switches and a third less CPU per message
-([docs/profile.md](../docs/profile.md#grpcs-socket-engine)).
+the poller thread reads itself and the sender writes inline: fewer threads woken and
+less CPU per message ([docs/profile.md](../docs/profile.md#grpcs-socket-engine)).
 
 The controller, the backends and `mbds up` (`cli/services.py`) and the benchmarks'
 harness (`cli/bench.py`) set GRPC_EXPERIMENTS to IOMGR_ENDPOINTS as they start, since

@@ -298,8 +298,6 @@ def test_a_large_request_divides_its_instructions_over_the_backends() -> None:
 
 def test_both_modes_load_the_database_at_the_scale_asked(monkeypatch) -> None:
     """`--scale` reaches the load of the timed and of the counted cluster alike."""
-    from loadgen import instructions
-
     class Loaded(Exception):
         pass
 
@@ -307,8 +305,6 @@ def test_both_modes_load_the_database_at_the_scale_asked(monkeypatch) -> None:
         raise Loaded(scale)
     monkeypatch.setattr(P, "load", load)
     for extra in ([], ["--instructions"]):
-        if extra and not instructions.shutil.which("valgrind"):
-            continue
         with pytest.raises(Loaded) as got:
             CliRunner().invoke(fixed_cost.fixed_cost, ["--backends", "1", "--request", "r3",
                                                        "--scale", "7", *extra],

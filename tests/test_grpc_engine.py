@@ -46,8 +46,8 @@ def _event_engine_share(cluster_factory, monkeypatch: pytest.MonkeyPatch,
 
 def test_a_backend_handles_its_messages_without_event_engine_threads(
         cluster_factory, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The control, on gRPC's defaults: EventEngine's pool reads and writes the sockets
-    # (about a fifth of the backend's CPU), so the measure can tell the two apart.
+    # The control, on gRPC's defaults: EventEngine's pool reads and writes the sockets,
+    # so the measure can tell the two apart.
     defaults = _event_engine_share(cluster_factory, monkeypatch, "")
     chosen = _event_engine_share(cluster_factory, monkeypatch, None)
     assert defaults > 0.08, f"on gRPC's defaults the pool did {defaults:.1%} of the work"
@@ -55,7 +55,7 @@ def test_a_backend_handles_its_messages_without_event_engine_threads(
 
 
 # Run in a fresh interpreter: what GRPC_EXPERIMENTS holds at the moment grpc is first
-# imported, while the command's module loads and then its command runs as far as --help.
+# imported, while a command's module loads.
 _AT_GRPC_LOAD = """
 import os, sys
 seen = []
