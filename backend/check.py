@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 
-from mbds import columns
+from backend.plan import DescriptorResults
+from mbds import columns, traffic
 from mbds.directory import Directory, changes
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import IDENT, TYPES, Attribute, FileSchema
@@ -190,3 +191,32 @@ def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:
         missing = [i for i in c.descriptor_ids if i not in known]
         if missing:
             raise BadMessage(f"cluster {c.id}: unknown descriptors {missing[:5]}")
+
+
+def peer_ids(directory: Directory, tu: pb.TrafficUnit, sender: int, n: int,
+             found: DescriptorResults) -> None:
+    """A peer's share of a unit's descriptor search, as cluster search will use it:
+    exactly the predicates i with i mod n = `sender`, each unrestricted only where its
+    attribute addresses nothing, each id a descriptor of its predicate's attribute. Ids
+    that pass are still the peer's word (checking them would be searching again), but
+    none of them can take a predicate or a descriptor out of the plan."""
+    left = set(found)
+    for i, conj, p in traffic.predicates(tu.requests):
+        if i % n != sender:
+            continue
+        if i not in left:
+            raise BadMessage(f"no ids for predicate {i}, one of its share")
+        left.discard(i)
+        ids = found[i]
+        addressed = any((f, p.attr) in directory.at for f in conj.files)
+        if (ids is None) == addressed:
+            raise BadMessage(f"predicate {i} on {_short(p.attr)} sent " + (
+                "unrestricted, but the attribute is a directory attribute" if addressed
+                else "with ids, but the attribute has no descriptors"))
+        for did in ids or ():
+            d = directory.descriptors.get(did)
+            if d is None or d.attr != p.attr or d.file not in conj.files:
+                raise BadMessage(f"predicate {i} on {_short(p.attr)}: {did} is not one of "
+                                 "its attribute's descriptors")
+    if left:
+        raise BadMessage(f"predicate {min(left)} is not its share (i mod {n} = {sender})")

@@ -58,10 +58,6 @@ def add_pb_results(msg: pb.DescriptorIds, found: DescriptorResults) -> None:
                         unrestricted=d is None)
 
 
-def from_pb_results(msgs: list[pb.PredicateDescriptors]) -> DescriptorResults:
-    return {m.predicate_index: (None if m.unrestricted else set(m.descriptor_ids)) for m in msgs}
-
-
 def _plan_retrieval(directory: Directory, retrieval: pb.Retrieval, start: int,
                     found: DescriptorResults) -> tuple[list[FilePlan], int]:
     """Cluster search for every conjunction, merged per file; returns the plans and the

@@ -1,16 +1,19 @@
 """The descriptor-id exchange (SPEC §4 step 3): each backend searches its share of a
 traffic unit's predicates (those whose index i has i mod n = its own index), broadcasts
 the descriptor ids it found to the other backends, and before cluster search waits for
-theirs, so that every backend plans from the ids of all m predicates.
+theirs, so that every backend plans from the ids of all m predicates. A peer's ids
+are checked before they are used (`PlanCache.peer_share`): a unit given ids that do not
+fit fails here, naming the peer and what is wrong.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from backend import dm
+from backend import check, dm
 from backend.links import PeerLinks
 from backend.plan import DescriptorResults
+from backend.plancache import PlanCache
 from backend.state import BusConfig, Cancelled, TuState
 from mbds.proto import mbds_pb2 as pb
 
@@ -18,9 +21,10 @@ from mbds.proto import mbds_pb2 as pb
 class IdExchange:
     """One backend's side of the exchange, over its streams to the peers."""
 
-    def __init__(self, peers: PeerLinks, timeout: float) -> None:
+    def __init__(self, peers: PeerLinks, timeout: float, plans: PlanCache) -> None:
         self.peers = peers
         self.timeout = timeout
+        self.plans = plans
         self.config = BusConfig()
 
     def configure(self, config: BusConfig) -> None:
@@ -63,9 +67,17 @@ class IdExchange:
             dm.add_pb_results(msg, found)
             self.peers.broadcast(msg)
 
-    @staticmethod
-    def received(st: TuState, msg: pb.DescriptorIds) -> None:
-        st.peer_ids[msg.from_index] = list(msg.results)
+    def received(self, st: TuState, msg: pb.DescriptorIds) -> None:
+        sender, n = msg.from_index, len(self.config.peers)
+        if sender == self.config.index or not 0 <= sender < n:
+            # Not a peer's index: the unit cannot wait for a sender it will never have.
+            st.bad_ids = st.bad_ids or (
+                f"descriptor ids that name this backend's own index {sender} as their sender"
+                if sender == self.config.index else
+                f"descriptor ids from backend index {sender}, of a bus of {n}")
+            wake(st)
+            return
+        st.peer_ids[sender] = list(msg.results)
         if st.awaited <= st.peer_ids.keys():
             wake(st)               # stage 2 goes on once every sender's ids are in
 
@@ -76,14 +88,26 @@ class IdExchange:
 
     async def gather(self, st: TuState) -> DescriptorResults:
         """The ids of every predicate: this backend's own and, once they are in, its
-        peers'. Raises `Cancelled` if the unit is aborted meanwhile."""
-        if not st.awaited <= st.peer_ids.keys():
+        peers'. Raises `Cancelled` if the unit is aborted meanwhile, `check.BadMessage`
+        if a peer's ids do not fit it."""
+        if not st.awaited <= st.peer_ids.keys() and not st.bad_ids:
             await self._wait(st)
+        if st.bad_ids:
+            raise check.BadMessage(st.bad_ids)
         if not st.peer_ids:
             return st.found
+        assert st.tu is not None and st.shape is not None
         found = dict(st.found)
-        for msgs in st.peer_ids.values():
-            found.update(dm.from_pb_results(msgs))
+        n = len(self.config.peers)
+        for sender, msgs in st.peer_ids.items():
+            where = f"backend {sender} ({self.config.peers[sender]})"
+            if sender not in st.awaited:
+                raise check.BadMessage(f"descriptor ids from {where}, which searches no "
+                                       "share of this unit")
+            try:
+                found.update(self.plans.peer_share(st.shape, st.tu, sender, n, msgs))
+            except check.BadMessage as e:
+                raise check.BadMessage(f"descriptor ids from {where}: {e}") from None
         return found
 
     async def _wait(self, st: TuState) -> None:
@@ -91,7 +115,7 @@ class IdExchange:
         deadline = loop.time() + self.timeout
         timer = loop.call_at(deadline, _time_out, st)
         try:
-            while not st.awaited <= st.peer_ids.keys():
+            while not st.awaited <= st.peer_ids.keys() and not st.bad_ids:
                 if st.cancelled:   # e.g. the peer crashed and PP aborted the unit:
                     raise Cancelled(st.cancelled)   # later units must not wait too
                 if loop.time() >= deadline:     # (the timer may find it already woken)

@@ -73,7 +73,7 @@ class BackendNode:
         self.plans = PlanCache(self.directory, name)
         self.tus: dict[tuple[str, int], TuState] = {}
         self.stage2: Mailbox[tuple[tuple[str, int], TuState]] = Mailbox()
-        self.exchange = IdExchange(peers, result_timeout)
+        self.exchange = IdExchange(peers, result_timeout, self.plans)
         self.iig = iig
         # Writing traffic units enter the writer thread in bus order, so no two backends
         # ever hold their writers for different units that each wait on the other.
@@ -255,6 +255,9 @@ class BackendNode:
             await self._stage2(key, st)
         except Cancelled:
             await self._finish(st, error=self._aborted(st))
+        except check.BadMessage as e:
+            log.warning("traffic unit %s refused: %s", key, e)
+            await self._finish(st, error=f"backend {self.name}: refused: {e}")
         except Exception as e:  # report any failure to PP, keep serving
             log.exception("stage 2 failed for %s", key)
             await self._finish(st, error=f"backend {self.name}: {e}")

@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from backend import check, dm
 from backend.cc import S
 from backend.plan import DescriptorResults, RequestPlan
-from mbds import metrics
+from mbds import metrics, traffic
 from mbds.directory import Directory, changes
 from mbds.proto import mbds_pb2 as pb
 
@@ -44,14 +44,17 @@ def _clusters(plans: list[RequestPlan]) -> int:
 class Shape:
     """One unit shape's work at one directory generation."""
 
-    __slots__ = ("generation", "attrs", "groups", "shares", "planned")
+    __slots__ = ("generation", "attrs", "groups", "predicates", "shares", "peers", "planned")
 
     def __init__(self, generation: int, attrs: set[tuple[str, str]],
-                 groups: dict[Hashable, str]) -> None:
+                 groups: dict[Hashable, str], predicates: int) -> None:
         self.generation = generation
         self.attrs = attrs
         self.groups = groups
+        self.predicates = predicates       # m, over which descriptor search is split
         self.shares: dict[tuple[int, int], DescriptorResults] = {}
+        # Peers' shares by (sender, n), as checked: the same ids again need no check.
+        self.peers: dict[tuple[int, int], DescriptorResults] = {}
         # The descriptor ids the plans were made from, the plans, and their lock set.
         self.planned: tuple[DescriptorResults, list[RequestPlan], dict[Hashable, str]] \
             | None = None
@@ -60,6 +63,16 @@ class Shape:
 def did_groups(tu: pb.TrafficUnit) -> dict[Hashable, str]:
     """The descriptor-id groups cluster search reads (locked shared around it)."""
     return {("didgroup", f, p.attr): S for _, c, p in dm.predicates(tu) for f in c.files}
+
+
+def _counted(shape: Shape, tu: pb.TrafficUnit) -> Shape:
+    """The shape, once the unit's m is its requests' own: who sends ids and who waits
+    for them is worked out from m, and a wrong one would leave a backend waiting for
+    ids nobody sends."""
+    if tu.split_search and tu.predicate_count != shape.predicates:
+        raise check.BadMessage(f"the unit counts {tu.predicate_count} predicates; its "
+                               f"requests have {shape.predicates}")
+    return shape
 
 
 class PlanCache:
@@ -89,11 +102,12 @@ class PlanCache:
             if shape is not None and shape.generation == self.directory.generation:
                 self.shapes.move_to_end(key)
                 self._hit.inc()
-                return shape
+                return _counted(shape, tu)
         self._miss.inc()
         check.traffic_unit(self.directory, tu)
         shape = Shape(self.directory.generation, dm.type_c_attributes(self.directory, tu),
-                      did_groups(tu))
+                      did_groups(tu), traffic.predicate_count(tu.requests))
+        _counted(shape, tu)
         if key is not None:
             self.shapes[key] = shape
             self.shapes.move_to_end(key)
@@ -110,6 +124,22 @@ class PlanCache:
             found = dm.descriptor_search(self.directory, tu, index, n)
             if _ids(found) <= self.items:
                 shape.shares[(index, n)] = found
+        return found
+
+    def peer_share(self, shape: Shape, tu: pb.TrafficUnit, sender: int, n: int,
+                   msgs: list[pb.PredicateDescriptors]) -> DescriptorResults:
+        """A peer's share of the unit's descriptor search, as sent; checked against the
+        unit (`check.peer_ids`) unless the same share of this shape passed before."""
+        found: DescriptorResults = {
+            m.predicate_index: None if m.unrestricted else set(m.descriptor_ids) for m in msgs}
+        if len(found) != len(msgs):
+            raise check.BadMessage("a predicate's ids sent twice")
+        current = shape.generation == self.directory.generation
+        if current and shape.peers.get((sender, n)) == found:
+            return found
+        check.peer_ids(self.directory, tu, sender, n, found)
+        if current and _ids(found) <= self.items:
+            shape.peers[(sender, n)] = found
         return found
 
     def plan(self, shape: Shape, tu: pb.TrafficUnit, found: DescriptorResults

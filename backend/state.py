@@ -74,6 +74,7 @@ class TuState:
     awaited: frozenset[int] = frozenset()
     peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
     peers_in: asyncio.Future[None] | None = None
+    bad_ids: str = ""                  # why ids that came for it were refused on receipt
     found: DescriptorResults = field(default_factory=dict)
     shape: Shape | None = None         # its requests' checks and plans (`plancache.py`)
     cancelled: str = ""

@@ -16,6 +16,12 @@ from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.values import to_pb
 from tests.conftest import CENSUS_YAML, Running, internal_channel
 from tests.crashes import retry
+from tests.inproc import census_iig, unit
+
+
+def census_directory():
+    """The census files' directory as REQP forms units against it (no clusters needed)."""
+    return census_iig([]).directory
 
 ROWS = "[" + "; ".join(f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i}>, <STATE, CA>)"
                        for i in range(4)) + "]"
@@ -33,13 +39,14 @@ def contents(r: Running) -> list:
     return sorted(tuple(x.values()) for x in res.records)
 
 
-def forged_bus(r: Running, address: str, units: list[pb.TrafficUnit]
-               ) -> list[pb.BackendReply]:
+def forged_bus(r: Running, address: str, units: list[pb.TrafficUnit],
+               peers: list[str] | None = None) -> list[pb.BackendReply]:
     """A bus of our own to a backend, opened with the controller's certificate (a receiver
-    checks what it gets whoever sent it): its hello, then `units`; every reply to them."""
+    checks what it gets whoever sent it): its hello (the backend first of `peers`), then
+    `units`; every reply to them."""
     out: queue.Queue[pb.BusBatch | None] = queue.Queue()
     out.put(pb.BusBatch(messages=[pb.BusMessage(hello=pb.BusHello(
-        epoch="forged", backend_index=0, peers=[address]))]))
+        epoch="forged", backend_index=0, peers=peers or [address]))]))
     for tu in units:
         out.put(pb.BusBatch(messages=[pb.BusMessage(traffic_unit=tu)]))
     replies: list[pb.BackendReply] = []
@@ -88,6 +95,43 @@ def test_a_backend_refuses_names_its_directory_lacks_and_keeps_its_bus(cluster_f
     assert 4 not in errors and any(x.seq == 4 and x.committed for x in replies)
     # Our hello, sent with the controller's certificate, took over the backend's bus
     # configuration: a controller started again gives it back, and finds nothing changed.
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    r.cluster.restart_controller()
+    assert contents(r) == before
+
+
+def test_a_backend_refuses_descriptor_ids_that_are_not_its_peers_share(cluster_factory
+                                                                      ) -> None:
+    """Ids sent on the Peer service with a backend's certificate are still checked: an id
+    that is no descriptor of its predicate's attribute, or a sender that is not a peer of
+    the bus, fails the unit with what is wrong, and changes no data."""
+    r = census(cluster_factory)
+    before = contents(r)
+    b0, b1 = (p.address or "" for p in r.cluster.backends)
+    directory = census_directory()
+    update = unit(directory, "UPDATE ((FILE = Census) and (POP >= 0) and (STATE = CA)) "
+                             "<AREA = 9.5>")
+    read = unit(directory, "RETRIEVE ((FILE = Census) and (POP >= 0) and (STATE = CA)) "
+                           "(CITY)")
+    for seq, tu in ((1, update), (2, read)):
+        tu.seq, tu.predicate_count, tu.split_search = seq, 3, True
+    # Backend 1's share is predicate 1 (POP): 10,000 is no descriptor of it. Index 7 is
+    # no backend of a bus of two.
+    unknown = pb.DescriptorIds(epoch="forged", seq=1, from_index=1)
+    unknown.results.add(predicate_index=1, descriptor_ids=[10_000])
+    stranger = pb.DescriptorIds(epoch="forged", seq=2, from_index=7)
+    stranger.results.add(predicate_index=1, unrestricted=True)
+    with internal_channel(r.cluster, b0, "backend") as ch:
+        rpc.PeerStub(ch).DescriptorIdsStream(
+            iter([pb.DescriptorIdsBatch(ids=[unknown, stranger])]), timeout=10)
+    replies = forged_bus(r, b0, [update, read], peers=[b0, b1])
+    errors = {x.seq: x.error for x in replies if x.WhichOneof("body") == "error"}
+    assert errors[1] == ("backend b0: refused: descriptor ids from backend 1 "
+                         f"({b1}): predicate 1 on 'POP': 10000 is not one of its "
+                         "attribute's descriptors")
+    assert errors[2] == ("backend b0: refused: descriptor ids from backend index 7, of "
+                         "a bus of 2")
     assert r.cluster.controller is not None
     r.cluster.controller.stop()
     r.cluster.restart_controller()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from backend import dm
 from backend.cc import IX, S, X
-from backend.plan import DescriptorResults
+from backend.plancache import PlanCache
 from mbds.proto import mbds_pb2 as pb
 from tests.inproc import census, plan, unit
 
@@ -49,13 +49,20 @@ def test_the_descriptor_search_shares_of_n_backends_add_up_to_the_whole() -> Non
 
 
 def test_descriptor_results_survive_the_trip_between_backends() -> None:
-    found: DescriptorResults = {0: {7, 3}, 1: None, 2: set()}
+    """A share as sent (ids sorted, a predicate on no directory attribute unrestricted, one
+    that found nothing empty) is, once received and checked, the share as searched."""
+    d, _ = census()
+    tu = unit(d, "RETRIEVE ((POP > 1500) and (AREA = 2.0) and (CITY = Nowhere)) (POP)")
+    found = dm.descriptor_search(d, tu, 0, 1)
+    assert found[1] is None and found[2] == set() and len(found[0] or ()) > 1
     msg = pb.DescriptorIds(epoch="e", seq=1)
     dm.add_pb_results(msg, found)
     assert [(m.predicate_index, list(m.descriptor_ids), m.unrestricted)
-            for m in msg.results] == [(0, [3, 7], False), (1, [], True), (2, [], False)]
+            for m in msg.results] == [(0, sorted(found[0] or ()), False), (1, [], True),
+                                      (2, [], False)]
     wire = pb.DescriptorIds.FromString(msg.SerializeToString())
-    assert dm.from_pb_results(list(wire.results)) == found
+    cache = PlanCache(d, "b0")
+    assert cache.peer_share(cache.checked(tu), tu, 0, 1, list(wire.results)) == found
 
 
 def test_type_c_attributes_are_those_the_predicates_read() -> None:

@@ -142,3 +142,49 @@ def test_a_unit_aborted_while_it_waits_for_its_peers_ids_stops_waiting(
         node.writer.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_a_unit_given_ids_that_are_not_its_peers_share_fails_and_the_next_is_served(
+        tmp_path: Path) -> None:
+    """Ids for a predicate that is not the peer's share fail their unit with the peer's
+    address and the fault, at once (not at the result timeout); the bus goes on."""
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=2)
+        node.exchange.timeout = 30
+        wrong = _peer_ids(1)
+        wrong.results[0].predicate_index = 0           # backend 0's own share
+        node.on_peer_ids(wrong)
+        await node.on_traffic_unit(_unit(1, split=True), bus)
+        [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
+            bus.queue.take(), 5) if m is not None]
+        assert seq == 1 and error.startswith(
+            "backend b0: refused: descriptor ids from backend 1 (127.0.0.1:2): ")
+        assert node.tus == {}
+        node.on_peer_ids(_peer_ids(2))
+        await node.on_traffic_unit(_unit(2, split=True), bus)
+        assert (2, "committed") in await _answers(bus, 1)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_unit_whose_predicate_count_is_not_its_requests_is_refused(tmp_path: Path) -> None:
+    """Who sends ids and who waits is worked out from the unit's m: a wrong m would leave
+    a backend waiting for ids nobody sends, so the unit is refused before any search."""
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=2)
+        for seq in (1, 2):           # checked the first time and from the plan cache
+            tu = _unit(seq, split=True)
+            tu.predicate_count = 1
+            await node.on_traffic_unit(tu, bus)
+            [(got, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
+                bus.queue.take(), 5) if m is not None]
+            assert got == seq and error == ("backend b0: refused: the unit counts 1 "
+                                            "predicates; its requests have 3")
+        assert node.exchange.peers.sent == []     # type: ignore[attr-defined]
+        node.on_peer_ids(_peer_ids(3))
+        await node.on_traffic_unit(_unit(3, split=True), bus)
+        assert (3, "committed") in await _answers(bus, 1)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
