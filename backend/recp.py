@@ -286,6 +286,42 @@ def _modifier_sql(m: pb.Modifier) -> tuple[str, list[object]]:
     return f"({col(m.source)} {m.arith} ?)", [value]
 
 
+class OutOfRange(ValueError):
+    """An UPDATE's arithmetic would store a value its attribute's type cannot hold."""
+
+
+# Where SQLite's arithmetic leaves a type's range: a float overflows to ±Inf (which no
+# answer's JSON can carry), an integer to a float.
+_OVERFLOWED = {"float": "abs({e}) > 1.7976931348623157e308", "integer": "typeof({e}) = 'real'"}
+
+
+def _out_of_range(plan: FilePlan, m: pb.Modifier, result: Value) -> OutOfRange:
+    a = plan.schema.by_name[m.attr]
+    return OutOfRange(f"{plan.schema.name}.{m.attr} = {m.source} {m.arith} "
+                      f"{from_pb(m.value)!r} gives {result!r} for a record, out of the "
+                      f"range of {a.type}; nothing was updated")
+
+
+def _check_range(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier, expr: str,
+                 params: list[object], where: str, wparams: list[object]) -> None:
+    """Arithmetic must leave every value it writes in its attribute's type."""
+    test = _OVERFLOWED.get(plan.schema.by_name[m.attr].type) if m.arith else None
+    if test is None:
+        return
+    row = conn.execute(f"SELECT {expr} FROM {table(plan.schema.name)} "
+                       f"WHERE {test.format(e=expr)} AND ({where}) LIMIT 1",
+                       params + params + wparams).fetchone()
+    if row is not None:
+        raise _out_of_range(plan, m, row[0])
+
+
+def _in_range(kind: str, value: Value) -> bool:
+    """A value SQLite computed, as `_OVERFLOWED` tests it."""
+    if kind == "float":
+        return not isinstance(value, float) or abs(value) <= 1.7976931348623157e308
+    return kind != "integer" or not isinstance(value, float)
+
+
 def update(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
            undo: UndoLog | None = None) -> int:
     """UPDATE of a non-directory attribute: records stay in their clusters."""
@@ -293,6 +329,7 @@ def update(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
         return 0
     expr, eparams = _modifier_sql(m)
     where, wparams = _where(plan)
+    _check_range(conn, plan, m, expr, eparams, where, wparams)
     if undo is not None:
         undo.rows(plan.schema, where, wparams)
     return conn.execute(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = {expr} "
@@ -316,10 +353,13 @@ def update_moving(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
     rows = conn.execute(f"SELECT rid, {sel} FROM {table(plan.schema.name)} WHERE {where}",
                         eparams * dir_attrs.count(m.attr) + wparams).fetchall()
     pos = dir_attrs.index(m.attr)
+    kind = plan.schema.by_name[m.attr].type if m.arith else ""
     if undo is not None:
         undo.rows(plan.schema, where, wparams)
     changes = []
     for rid, *values in rows:
+        if not _in_range(kind, values[pos]):
+            raise _out_of_range(plan, m, values[pos])
         cid = cluster_of(plan.schema.name, [plan.schema.name, *values])
         changes.append((values[pos], cid, rid))
     conn.executemany(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = ?, cluster_id = ? "

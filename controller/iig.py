@@ -9,6 +9,7 @@ every request touching it gets all backends working.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -220,6 +221,8 @@ class Iig:
             if value is not None and not a.accepts(value):
                 raise DefinitionError(f"{file}.{name} is {a.type}, got "
                                       f"{type(value).__name__}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise DefinitionError(f"{file}.{name}: {value!r} is not a finite number")
         update = pb.DirectoryUpdate()
         return self.cluster_of(file, directory_values, update), update
 

@@ -83,3 +83,42 @@ def test_values_with_quotes_and_sql_are_only_values(census: Running, value: str)
     assert res.records == [{"CITY": value}]
     census.client.execute(f"DELETE ((FILE = Census) and (CITY = '{quoted}'))")
     assert len(snapshot(census)) == before
+
+
+GAUGE = """
+files:
+  GAUGE:
+    attributes: {NAME: string, LEVEL: float, SPARE: float}
+    directory:
+      LEVEL: {type: C}
+"""
+
+
+@pytest.fixture(scope="module")
+def gauge(census: Running) -> Running:
+    census.client.define(GAUGE)
+    census.client.execute("INSERT (<FILE, Gauge>, <NAME, a>, <LEVEL, 1.0e300>, "
+                          "<SPARE, 1.0e300>)")
+    return census
+
+
+@pytest.mark.parametrize("modifier, result", [
+    ("<LEVEL = LEVEL * 1.0e308>", "inf"),    # a directory attribute: the record would move
+    ("<SPARE = SPARE * -1.0e308>", "-inf"),
+])
+def test_arithmetic_beyond_a_floats_range_is_refused_and_the_cluster_goes_on(
+        gauge: Running, modifier: str, result: str) -> None:
+    """An UPDATE whose arithmetic overflows would store ±Inf (which no answer can carry)
+    or, on a type-C attribute, ask IIG for a descriptor every backend refuses: it is
+    refused with what it gives, nothing changes, and every later request is served."""
+    census = gauge
+    before = census.client.execute("RETRIEVE (FILE = Gauge) (ALL)")[0].records
+    with pytest.raises(ClientError) as err:
+        census.client.execute(f"UPDATE ((FILE = Gauge) and (NAME = a)) {modifier}")
+    assert err.value.code == "ABORTED"
+    assert f"gives {result} for a record, out of the range of float; nothing was " \
+           "updated" in str(err.value)
+    assert census.client.execute("RETRIEVE (FILE = Gauge) (ALL)")[0].records == before
+    census.client.execute("INSERT (<FILE, Gauge>, <NAME, b>, <LEVEL, 2.0>, <SPARE, 1.0>)")
+    census.client.execute("DELETE ((FILE = Gauge) and (NAME = b))")
+    assert census.client.execute("RETRIEVE (FILE = Gauge) (ALL)")[0].records == before

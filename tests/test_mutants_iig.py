@@ -280,6 +280,14 @@ def test_a_moved_record_with_the_wrong_directory_values_is_refused() -> None:
         with pytest.raises(DefinitionError, match=f"^{message}$"):
             iig.place_moved("CENSUS", wrong)
     assert (iig.directory.clusters, iig.directory.descriptors) == before   # nothing allocated
+    gauges = Iig(Directory())
+    gauges.define(parse_definition(
+        "files:\n  GAUGE:\n    attributes: {LEVEL: float}\n    directory:\n"
+        "      LEVEL: {type: C}\n"))
+    for level in (float("inf"), float("-inf"), float("nan")):
+        with pytest.raises(DefinitionError, match=rf"^GAUGE.LEVEL: {level} is not a finite"):
+            gauges.place_moved("GAUGE", ["GAUGE", level])
+    assert not gauges.directory.clusters
     with_null = list(key)
     with_null[3] = None
     cid, _ = iig.place_moved("CENSUS", with_null)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -154,6 +155,33 @@ def test_an_update_modifier_computes_each_records_new_value(modifier: str,
     assert recp.update(conn, FilePlan(CENSUS, [1, 2], [[]], True), p.request.modifier) == 3
     got = [pop for (pop,) in conn.execute(f'SELECT "POP" FROM {table("CENSUS")} ORDER BY rid')]
     assert got == after
+
+
+@pytest.mark.parametrize("modifier, result, moving", [
+    ("<POP = POP * 9000000000000000000>", "4.5e+22", False),   # an integer gives a float
+    ("<POP = POP * 9000000000000000000>", "4.5e+22", True),
+    ("<POP = POP + 9223372036854775000>", "9.22337203685478e+18", True),
+    ("<AREA = AREA * -1.0e308>", "inf", False),                # a float gives ±Inf
+    ("<AREA = AREA - 1.0e308>", "-inf", False),
+])
+def test_arithmetic_that_leaves_its_type_is_refused_before_anything_is_written(
+        modifier: str, result: str, moving: bool) -> None:
+    """SQLite turns an integer overflow into a float and a float one into ±Inf, which no
+    answer's JSON can carry: RECP refuses such an UPDATE, naming what it gives, on the
+    path of a directory attribute (records move) and of any other."""
+    conn = _census_table([(1, 1, "a"), (2, 5000, "b")])
+    conn.execute(f'UPDATE {table("CENSUS")} SET "AREA" = "POP" * -2.0e304')
+    before = list(conn.execute(f"SELECT * FROM {table('CENSUS')} ORDER BY rid"))
+    [p] = prepare(census_iig().directory, f"UPDATE (FILE = Census) {modifier}")
+    plan = FilePlan(CENSUS, [1, 2], [[]], True)
+    with pytest.raises(recp.OutOfRange, match=rf"^CENSUS\.(POP|AREA) = .* gives "
+                       rf"{re.escape(result)} for a record, out of the range of "
+                       r"(integer|float); nothing was updated$"):
+        if moving:
+            recp.update_moving(conn, plan, p.request.modifier, lambda f, v: 1)
+        else:
+            recp.update(conn, plan, p.request.modifier)
+    assert list(conn.execute(f"SELECT * FROM {table('CENSUS')} ORDER BY rid")) == before
 
 
 def test_an_update_copies_another_attribute_of_the_same_record() -> None:
