@@ -75,7 +75,11 @@ def _retrieval(directory: Directory, r: pb.Retrieval, files: set[str]) -> None:
         schemas = [_file(directory, f) for f in conj.files]
         files.update(conj.files)
         for p in conj.predicates:
+            if not 0 <= p.op < len(traffic.RELOPS):
+                raise BadMessage(f"unknown comparison {p.op}")
             if p.attr == "FILE":
+                if not isinstance(from_pb(p.value), str):
+                    raise BadMessage("FILE compared with something other than a name")
                 continue
             owners = [s for s in schemas if p.attr in s.by_name]
             if not owners:

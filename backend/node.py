@@ -141,6 +141,10 @@ class BackendNode:
 
     # ------------------------------------------------------------- stage 1 --
     def on_hello(self, hello: pb.BusHello, bus: BusOut) -> None:
+        if not 0 <= hello.backend_index < len(hello.peers):
+            # No backend would have the missing index: split units would wait for it.
+            raise check.BadMessage(f"a bus hello that makes this backend index "
+                                   f"{hello.backend_index} of {len(hello.peers)} peers")
         self.config = BusConfig(hello.epoch, hello.backend_index, list(hello.peers),
                                 hello.iig_address)
         bus.window = hello.credit_window or bus.window
@@ -180,11 +184,17 @@ class BackendNode:
         with self._h("cc.attribute_lock"):
             handle = await self._acquire("attribute", key,
                                          {("attr", *a): S for a in shape.attrs})
-        with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
-            st.found = self.plans.search(shape, tu, *self.exchange.share(st, tu))
-            self.exchange.send(st, tu, st.found)
-        with self._h("cc.attribute_release"):
-            self.cc.release(handle)
+        try:
+            with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
+                st.found = self.plans.search(shape, tu, *self.exchange.share(st, tu))
+                self.exchange.send(st, tu, st.found)
+        except Exception as e:   # the unit fails alone; its locks must not outlive it
+            log.exception("descriptor search failed for %s", key)
+            await self._finish(st, error=f"backend {self.name}: {e}")
+            return
+        finally:
+            with self._h("cc.attribute_release"):
+                self.cc.release(handle)
         if self.stage2.idle and self.exchange.gathered(st):
             # Nothing is in or waiting for stage 2 and nothing is to be waited for: the
             # unit goes through stage 2 here, in bus order, without a hand-over.

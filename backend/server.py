@@ -118,10 +118,14 @@ class BackendServicer(rpc.BackendServicer):
                     try:
                         await self._handle(msg, bus)
                     except Exception as e:  # one bad message fails alone, not the bus
+                        if msg.HasField("hello"):   # ...but a bad hello leaves no bus
+                            raise
                         log.warning("a bus message failed: %s", e)
                         if msg.HasField("traffic_unit"):
                             bus.send(pb.BackendReply(seq=msg.traffic_unit.seq, error=(
                                 f"backend {node.name}: {type(e).__name__}: {e}")[:1000]))
+        except BadMessage as e:
+            log.warning("bus from the controller refused: %s", e)
         except Exception as e:  # a broken bus ends the call
             log.info("bus from the controller ended: %s", e)
         finally:

@@ -101,6 +101,44 @@ def test_a_backend_refuses_names_its_directory_lacks_and_keeps_its_bus(cluster_f
     assert contents(r) == before
 
 
+def test_a_backend_refuses_comparisons_it_cannot_make_and_holds_no_lock_for_them(
+        cluster_factory) -> None:
+    """An unknown comparison, or FILE compared with a number, is refused before descriptor
+    search: no type-C lock is left behind for a later unit's new descriptor to wait on."""
+    r = census(cluster_factory)
+    address = r.cluster.backends[0].address or ""
+    query = pb.Retrieval(query=pb.Query(conjunctions=[pb.Conjunction(
+        files=["CENSUS"], predicates=[pb.Predicate(     # CITY: a type-C attribute
+            attr="CITY", op=99, value=to_pb("c1", pb.Value()))])]),  # type: ignore[arg-type]
+        targets=[pb.TargetItem(attr="CITY")])
+    unknown_op = pb.TrafficUnit(seq=1, requests=[pb.Request(op=pb.RETRIEVE, retrieval=query)])
+    file_number = pb.TrafficUnit()
+    file_number.CopyFrom(unknown_op)
+    file_number.seq = 2
+    file_number.requests[0].retrieval.query.conjunctions[0].predicates[0].CopyFrom(
+        pb.Predicate(attr="FILE", op=pb.LT, value=to_pb(5, pb.Value())))
+    errors = {x.seq: x.error for x in forged_bus(r, address, [unknown_op, file_number])
+              if x.WhichOneof("body") == "error"}
+    assert errors == {1: "backend b0: refused: unknown comparison 99",
+                      2: "backend b0: refused: FILE compared with something other than a name"}
+    # A bus hello whose index is none of its peers' ends that bus: split units would wait
+    # for ids from an index nobody has.
+    good = pb.TrafficUnit(seq=3, requests=[pb.Request(op=pb.RETRIEVE, retrieval=every_cluster(
+        "CENSUS"))])
+    good.requests[0].retrieval.targets.add(attr="CITY")
+    with internal_channel(r.cluster, address) as ch:
+        hello = pb.BusBatch(messages=[pb.BusMessage(hello=pb.BusHello(
+            epoch="forged", backend_index=2, peers=[address]))])
+        after = pb.BusBatch(messages=[pb.BusMessage(traffic_unit=good)])
+        assert list(rpc.BackendStub(ch).Bus(iter([hello, after]), timeout=10)) == []
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    r.cluster.restart_controller()
+    # A new CITY descriptor takes CITY's lock exclusively: it would wait for ever.
+    r.client.execute("INSERT (<FILE, Census>, <CITY, 'brand new'>, <POP, 5>, <STATE, CA>)")
+    assert "brand new" in [x[0] for x in contents(r)]
+
+
 def test_a_backend_refuses_descriptor_ids_that_are_not_its_peers_share(cluster_factory
                                                                       ) -> None:
     """Ids sent on the Peer service with a backend's certificate are still checked: an id

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from backend import dm
+from backend.cc import X
 from backend.links import IigClient
 from backend.node import BackendNode
 from backend.state import BusOut
@@ -185,6 +186,30 @@ def test_a_unit_whose_predicate_count_is_not_its_requests_is_refused(tmp_path: P
         node.on_peer_ids(_peer_ids(3))
         await node.on_traffic_unit(_unit(3, split=True), bus)
         assert (3, "committed") in await _answers(bus, 1)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_unit_whose_descriptor_search_fails_fails_alone_and_keeps_no_lock(
+        tmp_path: Path) -> None:
+    """Whatever goes wrong in descriptor search, the unit's type-C attribute lock is
+    released: a later new descriptor of that attribute (which takes it exclusively)
+    must not wait for ever, and the unit is answered and forgotten."""
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=1)
+        tu = unit(census()[0], "RETRIEVE ((FILE = Census) and (CITY = Carmel)) (POP)")
+        tu.seq = 1
+
+        def fail(*_: object) -> None:
+            raise RuntimeError("search failed")
+        node.plans.search = fail            # type: ignore[method-assign,assignment]
+        await node.on_traffic_unit(tu, bus)
+        [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
+            bus.queue.take(), 5) if m is not None]
+        assert (seq, error) == (1, "backend b0: search failed") and node.tus == {}
+        handle = node.cc.request("new CITY descriptor", {("attr", "CENSUS", "CITY"): X})
+        assert node.cc.granted(handle)
         node.writer.shutdown()
 
     asyncio.run(scenario())
