@@ -126,18 +126,38 @@ def traffic_unit(directory: Directory, tu: pb.TrafficUnit) -> None:
         if req.op == pb.RETRIEVE_COMMON:
             _retrieval(directory, req.right, files)
         if req.op == pb.UPDATE:
-            m = req.modifier
-            if m.arith not in ARITH:
-                raise BadMessage(f"unknown arithmetic {_short(m.arith)}")
-            for f in files:
-                schema = directory.files[f]
-                a = _attr(schema, m.attr)
-                if m.source:
-                    _attr(schema, m.source)
-                if m.arith:
-                    _comparable(a, from_pb(m.value), "modifier")
-                else:
-                    _fits(a, from_pb(m.value), "modifier")
+            _modifier(directory, req, files)
+
+
+def _modifier(directory: Directory, req: pb.Request, files: set[str]) -> None:
+    """An UPDATE's modifier, by the rules REQP applies: what it writes fits the attribute
+    in every file, and whether records move is whether it is a directory attribute."""
+    m = req.modifier
+    if m.arith not in ARITH:
+        raise BadMessage(f"unknown arithmetic {_short(m.arith)}")
+    schemas = [directory.files[f] for f in sorted(files)]
+    if req.moves_records != any(m.attr in s.directory_attributes for s in schemas):
+        raise BadMessage(f"an UPDATE of {_short(m.attr)} that says records "
+                         f"{'move' if req.moves_records else 'stay'}")
+    value = from_pb(m.value)
+    for schema in schemas:
+        a = _attr(schema, m.attr)
+        source = _attr(schema, m.source) if m.source else None
+        if source is None:
+            _fits(a, value, "modifier")
+        elif not m.arith:
+            if source.type != a.type and (a.type, source.type) != ("float", "integer"):
+                raise BadMessage(f"modifier: cannot copy {source.type} {source.name} into "
+                                 f"{a.type} {a.name}")
+        elif "string" in (a.type, source.type) or isinstance(value, str) or value is None:
+            raise BadMessage(f"modifier: arithmetic on {a.name} needs numbers")
+        else:
+            _comparable(a, value, "modifier")
+            if a.type == "integer" and (source.type == "float" or isinstance(value, float)):
+                raise BadMessage(f"modifier: {a.name} is integer, {source.name} {m.arith} "
+                                 f"{value!r} a float")
+            if m.arith == "/" and value == 0:
+                raise BadMessage("modifier: division by zero")
 
 
 def _load_batch(directory: Directory, schema: FileSchema, batch: pb.LoadColumns) -> None:

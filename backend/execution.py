@@ -200,11 +200,12 @@ class Execution:
             return recp.insert(conn, self.directory.files[req.file], list(req.records), log)
         if req.op == pb.DELETE:
             return sum(recp.delete(conn, fp, log) for fp in rp.files)
-        if req.moves_records:
-            return sum(recp.update_moving(conn, fp, req.modifier,
-                                          lambda f, v: self._cluster_of(conn, f, v), log)
-                       for fp in rp.files)
-        return sum(recp.update(conn, fp, req.modifier, log) for fp in rp.files)
+        # Records move only in a file where the attribute is a directory attribute: one
+        # UPDATE may reach files where it is and files where it is not.
+        return sum(recp.update_moving(conn, fp, req.modifier,
+                                      lambda f, v: self._cluster_of(conn, f, v), log)
+                   if req.modifier.attr in fp.schema.directory_attributes
+                   else recp.update(conn, fp, req.modifier, log) for fp in rp.files)
 
     def _cluster_of(self, conn: sqlite3.Connection, file: str, values: list[Value]) -> int:
         """The cluster of a moved record; asks IIG when the combination is new here."""
@@ -223,4 +224,11 @@ class Execution:
             reply = await self.iig.place(file, values)
         check.directory_update(self.directory, reply.directory)
         self.directory.apply(reply.directory)
+        # The cluster IIG names must be the one the record's values describe, or the
+        # record would be filed where no search finds it.
+        key = self.directory.descriptor_key(file, values)
+        if None in key or self.directory.cluster_ids.get(
+                (file, tuple(cast(list[int], key)))) != reply.cluster_id:
+            raise check.BadMessage(f"IIG placed a moved record of {file} in cluster "
+                                   f"{reply.cluster_id}, not the one its values describe")
         return reply

@@ -53,13 +53,20 @@ def plan(directory: Directory, text: str) -> list[RequestPlan]:
 ROWS = [("Monterey", 25, "CA"), ("Carmel", 2000, "CA"), ("Albany", 9000, "NY")]
 
 
-def census() -> tuple[Directory, dict[str, int]]:
-    """The census files with one cluster per row of ROWS (by city) and per state code."""
+def census_placed() -> tuple[Iig, dict[str, int]]:
+    """IIG with the census files, one cluster per row of ROWS (by city) and per state
+    code; the clusters' ids by city or code."""
     iig = census_iig([])
     cids = {city: iig.cluster_of("CENSUS", census_key(iig, city, pop, state),
                                  pb.DirectoryUpdate()) for city, pop, state in ROWS}
     for code in ("CA", "NY"):
         cids[code] = iig.cluster_of("STATES", ["STATES", code], pb.DirectoryUpdate())
+    return iig, cids
+
+
+def census() -> tuple[Directory, dict[str, int]]:
+    """The directory of `census_placed`: what every backend holds."""
+    iig, cids = census_placed()
     return iig.directory, cids
 
 

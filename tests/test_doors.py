@@ -82,7 +82,7 @@ def test_a_backend_refuses_names_its_directory_lacks_and_keeps_its_bus(cluster_f
                          value=to_pb("b0", pb.Value()))])]),
         targets=[pb.TargetItem(attr="CITY")]))])
     wrong_type = pb.TrafficUnit(seq=3, requests=[pb.Request(
-        op=pb.UPDATE, retrieval=every_cluster("CENSUS"),
+        op=pb.UPDATE, retrieval=every_cluster("CENSUS"), moves_records=True,
         modifier=pb.Modifier(attr="POP", value=to_pb("many", pb.Value())))])
     good_query = every_cluster("CENSUS")
     good_query.targets.add(attr="CITY")
@@ -95,6 +95,42 @@ def test_a_backend_refuses_names_its_directory_lacks_and_keeps_its_bus(cluster_f
     assert 4 not in errors and any(x.seq == 4 and x.committed for x in replies)
     # Our hello, sent with the controller's certificate, took over the backend's bus
     # configuration: a controller started again gives it back, and finds nothing changed.
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    r.cluster.restart_controller()
+    assert contents(r) == before
+
+
+def _update(seq: int, attr: str, value: object, *, source: str = "", arith: str = "",
+            moves: bool = False) -> pb.TrafficUnit:
+    return pb.TrafficUnit(seq=seq, requests=[pb.Request(
+        op=pb.UPDATE, retrieval=every_cluster("CENSUS"), moves_records=moves,
+        modifier=pb.Modifier(attr=attr, source=source, arith=arith,
+                             value=to_pb(value, pb.Value())))])
+
+
+def test_a_backend_refuses_an_update_whose_modifier_breaks_the_rules_reqp_applies(
+        cluster_factory) -> None:
+    """What an UPDATE writes must fit its attribute, and records must move exactly when it
+    is a directory attribute (else they would stay in clusters that no longer describe
+    them): a forged modifier that breaks either is refused and changes nothing."""
+    r = census(cluster_factory)
+    before = contents(r)
+    address = r.cluster.backends[0].address or ""
+    units = [_update(1, "POP", 5),                                   # POP addresses
+             _update(2, "AREA", 5.0, moves=True),                     # AREA does not
+             _update(3, "POP", 1.5, source="POP", arith="*", moves=True),
+             _update(4, "CITY", "x", source="CITY", arith="+", moves=True),
+             _update(5, "POP", None, source="STATE", moves=True),
+             _update(6, "AREA", 0.0, source="AREA", arith="/")]
+    errors = {x.seq: x.error.removeprefix("backend b0: refused: ")
+              for x in forged_bus(r, address, units) if x.WhichOneof("body") == "error"}
+    assert errors == {1: "an UPDATE of 'POP' that says records stay",
+                      2: "an UPDATE of 'AREA' that says records move",
+                      3: "modifier: POP is integer, POP * 1.5 a float",
+                      4: "modifier: arithmetic on CITY needs numbers",
+                      5: "modifier: cannot copy string STATE into integer POP",
+                      6: "modifier: division by zero"}
     assert r.cluster.controller is not None
     r.cluster.controller.stop()
     r.cluster.restart_controller()

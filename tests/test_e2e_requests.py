@@ -117,6 +117,23 @@ def test_update_of_directory_attribute_moves_records_to_their_cluster(census: Ru
     assert len(set(backend_digests(census))) == 1
 
 
+def test_one_update_over_files_moves_records_only_where_the_attribute_addresses(
+        census: Running) -> None:
+    """A conjunction without FILE reaches every file with its attributes: here LEVEL is a
+    directory attribute of one file and a plain one of the other, so one UPDATE moves
+    the first file's records to their new clusters and changes the second's in place."""
+    c = census.client
+    c.define("files:\n  TANKS:\n    attributes: {TAG: string, LEVEL: integer}\n"
+             "    directory:\n      LEVEL: {type: A, ranges: [[0, 9], [10, 99]]}\n"
+             "  PIPES:\n    attributes: {TAG: string, LEVEL: integer}\n")
+    c.execute("[INSERT (<FILE, Tanks>, <TAG, t>, <LEVEL, 1>); "
+              "INSERT (<FILE, Pipes>, <TAG, p>, <LEVEL, 1>)]")
+    c.execute("UPDATE (LEVEL < 10) <LEVEL = 50>")
+    [res] = c.execute("RETRIEVE (LEVEL >= 10) (TAG, LEVEL)")
+    assert sorted(r["TAG"] for r in res.records) == ["p", "t"]
+    assert res.stats["clusters_examined"] <= 2        # TANKS: only [10, 99]'s cluster
+    assert len(set(backend_digests(census))) == 1
+
 
 def test_record_body_round_trips(census: Running) -> None:
     c = census.client

@@ -11,13 +11,15 @@ import pytest
 
 from backend import dm
 from backend.cc import X
+from backend.check import BadMessage
+from backend.execution import Execution
 from backend.links import IigClient
 from backend.node import BackendNode
-from backend.state import BusOut
+from backend.state import BusOut, handler_timer
 from backend.store import Store
 from mbds.proto import mbds_pb2 as pb
 from mbds.traffic import predicate_count
-from tests.inproc import KeptPeers, census, unit
+from tests.inproc import KeptPeers, census, census_key, census_placed, unit
 
 # Two predicates with directory attributes: on two backends each searches one of them.
 TEXT = "RETRIEVE ((FILE = Census) and (POP > 100) and (STATE = CA)) (CITY)"
@@ -213,3 +215,41 @@ def test_a_unit_whose_descriptor_search_fails_fails_alone_and_keeps_no_lock(
         node.writer.shutdown()
 
     asyncio.run(scenario())
+
+
+class _Iig(IigClient):
+    """IIG as a backend reaches it, answering from an IIG of its own (or with `cluster`)."""
+
+    def __init__(self, cluster: int | None = None) -> None:
+        super().__init__("b0")
+        self.iig = census_placed()[0]
+        self.cluster = cluster
+
+    async def place(self, file: str, values: list) -> pb.PlaceReply:
+        cid, update = self.iig.place_moved(file, values)
+        return pb.PlaceReply(cluster_id=self.cluster or cid, directory=update)
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_moved_record_goes_only_into_the_cluster_its_values_describe(
+        tmp_path: Path, wrong: bool) -> None:
+    """IIG's answer for a moved record is checked: a cluster of other values (here
+    Monterey's for a record that moves to a new CITY) would file the record where no
+    search finds it, so it fails the unit instead."""
+    async def go() -> None:
+        directory, cids = census()
+        iig = _Iig(cids["Monterey"] if wrong else None)
+        execution = Execution("b0", Store(tmp_path / "backend.db"), directory,
+                              asyncio.get_running_loop(), iig, handler_timer("b0"),
+                              result_timeout=5)
+        values = census_key(iig.iig, "Nowhere", 25, "CA")
+        if wrong:
+            with pytest.raises(BadMessage, match=rf"^IIG placed a moved record of CENSUS in "
+                               rf"cluster {cids['Monterey']}, not the one its values "
+                               "describe$"):
+                await execution._place("CENSUS", values)
+        else:
+            reply = await execution._place("CENSUS", values)
+            assert directory.clusters[reply.cluster_id] == iig.iig.directory.clusters[
+                reply.cluster_id]
+    asyncio.run(go())
