@@ -20,7 +20,6 @@ from mbds.values import Value, from_pb
 
 AGGREGATES = ("", "AVG", "COUNT", "SUM", "MIN", "MAX")
 ARITH = ("", "+", "-", "*", "/")
-KINDS = ("A", "B", "C", "N")
 
 
 class BadMessage(ValueError):
@@ -197,24 +196,49 @@ def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:
         new[f.name] = FileSchema(f.name, [Attribute(a.name, a.type, a.directory, a.indexed)
                                           for a in f.attributes])
     files = {**directory.files, **new}
-    known = set(directory.descriptors)
+    arrived: dict[int, tuple[str, str]] = {}      # new descriptors' (file, attribute)
     for d in update.descriptors:
         schema = files.get(d.file)
         if schema is None:
             raise BadMessage(f"descriptor {d.id}: unknown file {_short(d.file)}")
-        if d.kind not in KINDS:
-            raise BadMessage(f"descriptor {d.id}: unknown kind {_short(d.kind)}")
-        if d.attr != "FILE":
+        # A directory attribute's descriptors are of its kind, or its "none" class; FILE
+        # has one, of the file's own name.
+        if d.attr == "FILE":
+            if d.kind != "B" or from_pb(d.value) != d.file:
+                raise BadMessage(f"descriptor {d.id}: FILE's descriptor must be its name")
+        else:
             a = _attr(schema, d.attr)
+            if not a.directory or d.kind not in (a.directory, "N"):
+                raise BadMessage(f"descriptor {d.id}: kind {_short(d.kind)} for {d.file}."
+                                 f"{a.name}, " + (f"of type {a.directory}" if a.directory
+                                                  else "not a directory attribute"))
             for field in ("low", "high", "value"):
                 _fits(a, from_pb(getattr(d, field)), f"descriptor {d.id}")
-        known.add(d.id)
+        arrived[d.id] = (d.file, d.attr)
     for c in update.clusters:
-        if c.file not in files:
+        schema = files.get(c.file)
+        if schema is None:
             raise BadMessage(f"cluster {c.id}: unknown file {_short(c.file)}")
-        missing = [i for i in c.descriptor_ids if i not in known]
-        if missing:
-            raise BadMessage(f"cluster {c.id}: unknown descriptors {missing[:5]}")
+        _cluster(directory, c, schema, arrived)
+
+
+def _cluster(directory: Directory, c: pb.Cluster, schema: FileSchema,
+             arrived: dict[int, tuple[str, str]]) -> None:
+    """A cluster is one descriptor of each directory attribute of its file, in order
+    (cluster search and placement look it up so), and no other cluster's."""
+    attrs = schema.directory_attributes
+    if len(c.descriptor_ids) != len(attrs):
+        raise BadMessage(f"cluster {c.id}: {len(c.descriptor_ids)} descriptors for the "
+                         f"{len(attrs)} directory attributes of {c.file}")
+    for did, attr in zip(c.descriptor_ids, attrs, strict=True):
+        known = directory.descriptors.get(did)
+        owner = (known.file, known.attr) if known is not None else arrived.get(did)
+        if owner != (c.file, attr):
+            raise BadMessage(f"cluster {c.id}: descriptor {did} is not one of "
+                             f"{c.file}.{attr}'s")
+    other = directory.cluster_ids.get((c.file, tuple(c.descriptor_ids)))
+    if other is not None and other != c.id:
+        raise BadMessage(f"cluster {c.id}: the descriptors of cluster {other}")
 
 
 def peer_ids(directory: Directory, tu: pb.TrafficUnit, sender: int, n: int,

@@ -212,17 +212,55 @@ def test_a_backend_refuses_descriptor_ids_that_are_not_its_peers_share(cluster_f
     assert contents(r) == before
 
 
-def test_a_directory_update_with_a_value_of_the_wrong_type_is_refused(cluster_factory
-                                                                       ) -> None:
+def _descriptor(did: int, attr: str, kind: str, **values: object) -> pb.Descriptor:
+    return pb.Descriptor(id=did, file="CENSUS", attr=attr, kind=kind, **{
+        k: to_pb(v, pb.Value()) for k, v in values.items()})
+
+
+def test_a_directory_update_that_does_not_fit_the_directory_is_refused(cluster_factory
+                                                                        ) -> None:
+    """Directory entries come from IIG alone, but a backend checks them: a descriptor of
+    its attribute's type and kind, and a cluster made of one descriptor of each of its
+    file's directory attributes, in order, like no other cluster. Anything else would
+    be applied half-way, or make clusters no search finds."""
     r = census(cluster_factory)
+    before = contents(r)
     address = r.cluster.backends[0].address or ""
-    bad = pb.DirectoryUpdate(descriptors=[pb.Descriptor(
-        id=10_000, file="CENSUS", attr="POP", kind="C", value=to_pb("x", pb.Value()))])
     with internal_channel(r.cluster, address) as ch:
-        with pytest.raises(grpc.RpcError) as err:
-            rpc.BackendStub(ch).ApplyDirectory(bad, timeout=10)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "POP is integer, got str" in (err.value.details() or "")
+        directory = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10).directory
+    [c] = directory.clusters[:1]
+    ids = list(c.descriptor_ids)              # FILE, CITY, POP, STATE
+    bad = {
+        "POP is integer, got str": [_descriptor(10_000, "POP", "A", low="x")],
+        "descriptor 10000: kind 'C' for CENSUS.POP, of type A":
+            [_descriptor(10_000, "POP", "C", value=5)],
+        "descriptor 10000: kind 'B' for CENSUS.AREA, not a directory attribute":
+            [_descriptor(10_000, "AREA", "B", value=1.0)],
+        "descriptor 10000: FILE's descriptor must be its name":
+            [_descriptor(10_000, "FILE", "B", value="STATES")],
+        "cluster 10001: 3 descriptors for the 4 directory attributes of CENSUS":
+            pb.Cluster(id=10_001, file="CENSUS", descriptor_ids=ids[:3]),
+        f"cluster 10001: descriptor {ids[2]} is not one of CENSUS.CITY's":
+            pb.Cluster(id=10_001, file="CENSUS", descriptor_ids=[ids[0], *ids[2:0:-1],
+                                                                 ids[3]]),
+        f"cluster 10001: the descriptors of cluster {c.id}":
+            pb.Cluster(id=10_001, file="CENSUS", descriptor_ids=ids),
+    }
+    for message, entries in bad.items():
+        update = pb.DirectoryUpdate()
+        if isinstance(entries, pb.Cluster):
+            update.clusters.append(entries)
+        else:
+            update.descriptors.extend(entries)
+        with internal_channel(r.cluster, address) as ch:
+            with pytest.raises(grpc.RpcError) as err:
+                rpc.BackendStub(ch).ApplyDirectory(update, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in (err.value.details() or "")
+    assert contents(r) == before
+    with internal_channel(r.cluster, address) as ch:
+        assert rpc.BackendStub(ch).Directory(
+            pb.DirectoryRequest(), timeout=10).directory == directory
     [res] = r.client.execute("RETRIEVE ((FILE = Census) and (POP >= 2)) (CITY)")
     assert sorted(x["CITY"] for x in res.records) == ["c2", "c3"]
 
