@@ -64,6 +64,7 @@ class BackendNode:
         self.directory.apply(store.load_directory())
         self.cc = LockTable()
         self.config = BusConfig()
+        self.last_seq = 0           # of the bus's epoch: units come in increasing seq
         self.writer = Writer(store, name)
         self.prepared = PreparedUnits(self.writer, self.directory)
         self.storing: Future[None] | None = None    # the latest directory update's storing
@@ -145,6 +146,8 @@ class BackendNode:
             # No backend would have the missing index: split units would wait for it.
             raise check.BadMessage(f"a bus hello that makes this backend index "
                                    f"{hello.backend_index} of {len(hello.peers)} peers")
+        if hello.epoch != self.config.epoch:
+            self.last_seq = 0
         self.config = BusConfig(hello.epoch, hello.backend_index, list(hello.peers),
                                 hello.iig_address)
         bus.window = hello.credit_window or bus.window
@@ -153,6 +156,12 @@ class BackendNode:
         self.iig.configure(hello.iig_address)
 
     async def on_traffic_unit(self, tu: pb.TrafficUnit, bus: BusOut) -> None:
+        if tu.seq <= self.last_seq:   # sent again: it must not run twice, nor take over
+            bus.send(pb.BackendReply(seq=tu.seq, error=(     # the state of one running
+                f"backend {self.name}: refused: traffic unit {tu.seq} after unit "
+                f"{self.last_seq}; a unit runs once")))
+            return
+        self.last_seq = tu.seq
         key = (self.config.epoch, tu.seq)
         st = self.state(key, arriving=True)
         st.tu, st.bus, st.credits = tu, bus, bus.window

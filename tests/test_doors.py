@@ -137,6 +137,34 @@ def test_a_backend_refuses_an_update_whose_modifier_breaks_the_rules_reqp_applie
     assert contents(r) == before
 
 
+def test_a_unit_sent_again_on_its_bus_is_refused_and_runs_once(cluster_factory) -> None:
+    """Units come down a bus in increasing seq: one sent again (a controller's fault, or
+    a forger's) is refused, so an INSERT is not stored twice and a unit still running
+    keeps its state."""
+    r = census(cluster_factory)
+    address = r.cluster.backends[0].address or ""
+    with internal_channel(r.cluster, address) as ch:
+        directory = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10).directory
+    cid = next(c.id for c in directory.clusters if c.file == "CENSUS")
+    record = pb.PlacedRecord(cluster_id=cid, values=[
+        to_pb(v, pb.Value()) for v in ("again", 1, None, "CA")])    # CITY, POP, AREA, STATE
+    insert = pb.TrafficUnit(seq=5, one_phase=True, requests=[pb.Request(
+        op=pb.INSERT, file="CENSUS", records=[record])])
+    read = pb.TrafficUnit(seq=6, requests=[pb.Request(op=pb.RETRIEVE, retrieval=every_cluster(
+        "CENSUS"))])
+    read.requests[0].retrieval.targets.add(attr="CITY")   # after the insert (its lock)
+    replies = forged_bus(r, address, [insert, insert, read])
+    assert sorted((x.seq, x.WhichOneof("body")) for x in replies
+                  if x.WhichOneof("body") in ("error", "committed")) == [
+        (5, "committed"), (5, "error"), (6, "committed")]
+    assert [x.error for x in replies if x.error] == [
+        "backend b0: refused: traffic unit 5 after unit 5; a unit runs once"]
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    r.cluster.restart_controller()
+    assert [row[0] for row in contents(r)].count("again") == 1
+
+
 def test_a_backend_refuses_comparisons_it_cannot_make_and_holds_no_lock_for_them(
         cluster_factory) -> None:
     """An unknown comparison, or FILE compared with a number, is refused before descriptor
