@@ -71,6 +71,20 @@ async def _answers(bus: BusOut, units: int) -> list[tuple[int, str]]:
     return got
 
 
+async def _error(bus: BusOut) -> tuple[int, str]:
+    """The one answer on the bus, an error: its seq and text."""
+    [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
+        bus.queue.take(), 5) if m is not None]
+    return seq, error
+
+
+async def _served(node: BackendNode, bus: BusOut, seq: int) -> None:
+    """Unit `seq`, its peer's ids in, is answered: the bus goes on."""
+    node.on_peer_ids(_peer_ids(seq))
+    await node.on_traffic_unit(_unit(seq, split=True), bus)
+    assert (seq, "committed") in await _answers(bus, 1)
+
+
 def test_a_unit_with_nothing_to_wait_for_goes_through_stage_2_in_the_readers_turn(
         tmp_path: Path) -> None:
     async def scenario() -> None:
@@ -121,12 +135,9 @@ def test_a_unit_whose_peer_never_sends_its_ids_fails_naming_the_peer(tmp_path: P
         node, bus, _ = await _node(tmp_path, backends=2)
         node.exchange.timeout = 0.3
         await node.on_traffic_unit(_unit(1, split=True), bus)
-        [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
-            bus.queue.take(), 5) if m is not None]
+        seq, error = await _error(bus)
         assert seq == 1 and "no descriptor ids from backend(s) at 127.0.0.1:2" in error
-        node.on_peer_ids(_peer_ids(2))
-        await node.on_traffic_unit(_unit(2, split=True), bus)
-        assert (2, "committed") in await _answers(bus, 1)
+        await _served(node, bus, 2)
         node.writer.shutdown()
 
     asyncio.run(scenario())
@@ -139,8 +150,7 @@ def test_a_unit_aborted_while_it_waits_for_its_peers_ids_stops_waiting(
         await node.on_traffic_unit(_unit(1, split=True), bus)
         await asyncio.sleep(0)              # stage 2 waits for backend 1's ids
         node.on_abort(1, "the peer crashed")
-        [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
-            bus.queue.take(), 5) if m is not None]
+        seq, error = await _error(bus)
         assert seq == 1 and "aborted: the peer crashed" in error
         node.writer.shutdown()
 
@@ -158,14 +168,11 @@ def test_a_unit_given_ids_that_are_not_its_peers_share_fails_and_the_next_is_ser
         wrong.results[0].predicate_index = 0           # backend 0's own share
         node.on_peer_ids(wrong)
         await node.on_traffic_unit(_unit(1, split=True), bus)
-        [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
-            bus.queue.take(), 5) if m is not None]
+        seq, error = await _error(bus)
         assert seq == 1 and error.startswith(
             "backend b0: refused: descriptor ids from backend 1 (127.0.0.1:2): ")
         assert node.tus == {}
-        node.on_peer_ids(_peer_ids(2))
-        await node.on_traffic_unit(_unit(2, split=True), bus)
-        assert (2, "committed") in await _answers(bus, 1)
+        await _served(node, bus, 2)
         node.writer.shutdown()
 
     asyncio.run(scenario())
@@ -180,14 +187,11 @@ def test_a_unit_whose_predicate_count_is_not_its_requests_is_refused(tmp_path: P
             tu = _unit(seq, split=True)
             tu.predicate_count = 1
             await node.on_traffic_unit(tu, bus)
-            [(got, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
-                bus.queue.take(), 5) if m is not None]
+            got, error = await _error(bus)
             assert got == seq and error == ("backend b0: refused: the unit counts 1 "
                                             "predicates; its requests have 3")
         assert node.exchange.peers.sent == []     # type: ignore[attr-defined]
-        node.on_peer_ids(_peer_ids(3))
-        await node.on_traffic_unit(_unit(3, split=True), bus)
-        assert (3, "committed") in await _answers(bus, 1)
+        await _served(node, bus, 3)
         node.writer.shutdown()
 
     asyncio.run(scenario())
@@ -207,8 +211,7 @@ def test_a_unit_whose_descriptor_search_fails_fails_alone_and_keeps_no_lock(
             raise RuntimeError("search failed")
         node.plans.search = fail            # type: ignore[method-assign,assignment]
         await node.on_traffic_unit(tu, bus)
-        [(seq, error)] = [(m.seq, m.error) for m in await asyncio.wait_for(
-            bus.queue.take(), 5) if m is not None]
+        seq, error = await _error(bus)
         assert (seq, error) == (1, "backend b0: search failed") and node.tus == {}
         handle = node.cc.request("new CITY descriptor", {("attr", "CENSUS", "CITY"): X})
         assert node.cc.granted(handle)
