@@ -14,8 +14,9 @@ import math
 from backend.plan import DescriptorResults
 from mbds import columns, traffic
 from mbds.directory import Directory, changes
+from mbds.entries import EntryCheck, EntryError
 from mbds.proto import mbds_pb2 as pb
-from mbds.schema import IDENT, TYPES, Attribute, FileSchema
+from mbds.schema import Attribute, FileSchema
 from mbds.values import Value, from_pb
 
 AGGREGATES = ("", "AVG", "COUNT", "SUM", "MIN", "MAX")
@@ -184,61 +185,11 @@ def _load_batch(directory: Directory, schema: FileSchema, batch: pb.LoadColumns)
 def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:
     """New files, descriptors and clusters, before this backend applies them."""
     if not changes(update):
-        return      # most units: nothing new (and no copy of the directory's ids to make)
-    new: dict[str, FileSchema] = {}
-    for f in update.files:
-        if not IDENT.match(f.name):
-            raise BadMessage(f"file name {_short(f.name)} is not an identifier")
-        for a in f.attributes:
-            if not IDENT.match(a.name) or a.type not in TYPES or a.directory not in (
-                    "", "A", "B", "C"):
-                raise BadMessage(f"file {f.name}: bad attribute {_short(a.name)}")
-        new[f.name] = FileSchema(f.name, [Attribute(a.name, a.type, a.directory, a.indexed)
-                                          for a in f.attributes])
-    files = {**directory.files, **new}
-    arrived: dict[int, tuple[str, str]] = {}      # new descriptors' (file, attribute)
-    for d in update.descriptors:
-        schema = files.get(d.file)
-        if schema is None:
-            raise BadMessage(f"descriptor {d.id}: unknown file {_short(d.file)}")
-        # A directory attribute's descriptors are of its kind, or its "none" class; FILE
-        # has one, of the file's own name.
-        if d.attr == "FILE":
-            if d.kind != "B" or from_pb(d.value) != d.file:
-                raise BadMessage(f"descriptor {d.id}: FILE's descriptor must be its name")
-        else:
-            a = _attr(schema, d.attr)
-            if not a.directory or d.kind not in (a.directory, "N"):
-                raise BadMessage(f"descriptor {d.id}: kind {_short(d.kind)} for {d.file}."
-                                 f"{a.name}, " + (f"of type {a.directory}" if a.directory
-                                                  else "not a directory attribute"))
-            for field in ("low", "high", "value"):
-                _fits(a, from_pb(getattr(d, field)), f"descriptor {d.id}")
-        arrived[d.id] = (d.file, d.attr)
-    for c in update.clusters:
-        schema = files.get(c.file)
-        if schema is None:
-            raise BadMessage(f"cluster {c.id}: unknown file {_short(c.file)}")
-        _cluster(directory, c, schema, arrived)
-
-
-def _cluster(directory: Directory, c: pb.Cluster, schema: FileSchema,
-             arrived: dict[int, tuple[str, str]]) -> None:
-    """A cluster is one descriptor of each directory attribute of its file, in order
-    (cluster search and placement look it up so), and no other cluster's."""
-    attrs = schema.directory_attributes
-    if len(c.descriptor_ids) != len(attrs):
-        raise BadMessage(f"cluster {c.id}: {len(c.descriptor_ids)} descriptors for the "
-                         f"{len(attrs)} directory attributes of {c.file}")
-    for did, attr in zip(c.descriptor_ids, attrs, strict=True):
-        known = directory.descriptors.get(did)
-        owner = (known.file, known.attr) if known is not None else arrived.get(did)
-        if owner != (c.file, attr):
-            raise BadMessage(f"cluster {c.id}: descriptor {did} is not one of "
-                             f"{c.file}.{attr}'s")
-    other = directory.cluster_ids.get((c.file, tuple(c.descriptor_ids)))
-    if other is not None and other != c.id:
-        raise BadMessage(f"cluster {c.id}: the descriptors of cluster {other}")
+        return      # most units: nothing new
+    try:
+        EntryCheck(directory).check(update)
+    except EntryError as e:
+        raise BadMessage(str(e)) from None
 
 
 def peer_ids(directory: Directory, tu: pb.TrafficUnit, sender: int, n: int,

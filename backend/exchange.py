@@ -51,6 +51,7 @@ class IdExchange:
         """(this backend's index, n) of its share of descriptor search, or (0, 1): all of
         it. Records on `st` whether it sends ids and whose it waits for, worked out once
         per unit."""
+        st.config = self.config
         if not self.split(tu):
             return (0, 1)
         index = self.config.index
@@ -68,17 +69,15 @@ class IdExchange:
             self.peers.broadcast(msg)
 
     def received(self, st: TuState, msg: pb.DescriptorIds) -> None:
-        sender, n = msg.from_index, len(self.config.peers)
-        if sender == self.config.index or not 0 <= sender < n:
-            # Not a peer's index: the unit cannot wait for a sender it will never have.
-            st.bad_ids = st.bad_ids or (
-                f"descriptor ids that name this backend's own index {sender} as their sender"
-                if sender == self.config.index else
-                f"descriptor ids from backend index {sender}, of a bus of {n}")
-            wake(st)
-            return
-        st.peer_ids[sender] = list(msg.results)
-        if st.awaited <= st.peer_ids.keys():
+        """A peer's ids for a unit. They may come before the unit itself, even before this
+        backend's bus hello: they are checked against the unit's share once it is known
+        (`stranger`, `gather`)."""
+        st.peer_ids[msg.from_index] = list(msg.results)
+        if st.config is not None and not st.bad_ids:
+            # The unit's share is known: ids from a backend it does not wait for fail it
+            # now (there may be nothing else to wake it before its timeout).
+            st.bad_ids = stranger(st, msg.from_index)
+        if st.bad_ids or st.awaited <= st.peer_ids.keys():
             wake(st)               # stage 2 goes on once every sender's ids are in
 
     @staticmethod
@@ -92,22 +91,19 @@ class IdExchange:
         if a peer's ids do not fit it."""
         if not st.awaited <= st.peer_ids.keys() and not st.bad_ids:
             await self._wait(st)
-        if st.bad_ids:
-            raise check.BadMessage(st.bad_ids)
         if not st.peer_ids:
             return st.found
-        assert st.tu is not None and st.shape is not None
+        assert st.tu is not None and st.shape is not None and st.config is not None
         found = dict(st.found)
-        n = len(self.config.peers)
+        peers = st.config.peers
         for sender, msgs in st.peer_ids.items():
-            where = f"backend {sender} ({self.config.peers[sender]})"
-            if sender not in st.awaited:
-                raise check.BadMessage(f"descriptor ids from {where}, which searches no "
-                                       "share of this unit")
+            if bad := st.bad_ids or stranger(st, sender):
+                raise check.BadMessage(bad)
             try:
-                found.update(self.plans.peer_share(st.shape, st.tu, sender, n, msgs))
+                found.update(self.plans.peer_share(st.shape, st.tu, sender, len(peers), msgs))
             except check.BadMessage as e:
-                raise check.BadMessage(f"descriptor ids from {where}: {e}") from None
+                raise check.BadMessage(f"descriptor ids from backend {sender} "
+                                       f"({peers[sender]}): {e}") from None
         return found
 
     async def _wait(self, st: TuState) -> None:
@@ -129,6 +125,20 @@ class IdExchange:
         finally:
             timer.cancel()
             st.peers_in = None
+
+
+def stranger(st: TuState, sender: int) -> str:
+    """Why ids from `sender` do not belong to the unit, by its share (worked out at stage
+    1): "" when they come from one of the senders it waits for."""
+    if sender in st.awaited or st.config is None:
+        return ""
+    peers = st.config.peers
+    if sender == st.config.index:
+        return f"descriptor ids that name this backend's own index {sender} as their sender"
+    if not 0 <= sender < len(peers):
+        return f"descriptor ids from backend index {sender}, of a bus of {len(peers)}"
+    return (f"descriptor ids from backend {sender} ({peers[sender]}), which searches no "
+            "share of this unit")
 
 
 def wake(st: TuState) -> None:

@@ -75,6 +75,7 @@ class TuState:
     peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
     peers_in: asyncio.Future[None] | None = None
     bad_ids: str = ""                  # why ids that came for it were refused on receipt
+    config: BusConfig | None = None    # the bus's, when its share was worked out
     found: DescriptorResults = field(default_factory=dict)
     shape: Shape | None = None         # its requests' checks and plans (`plancache.py`)
     cancelled: str = ""

@@ -22,7 +22,7 @@ import grpc
 from controller.decisions import Decisions
 from controller.inbox import WINDOW, BackendFailure, Inbox
 from mbds import metrics, tls
-from mbds.errors import BackendUnavailable
+from mbds.errors import BackendUnavailable, shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -76,6 +76,7 @@ class BackendLink:
     def __init__(self, address: str) -> None:
         self.address = address
         self.name = address          # replaced by the backend's own name at hello
+        self.named = False           # after the first hello only that backend may answer
         self.index = 0               # its place on the bus
         self.channel = tls.channel(address, "backend", CHANNEL_OPTIONS)
         self.stub = rpc.BackendStub(self.channel)
@@ -106,7 +107,13 @@ class BackendLink:
                                           wait_for_ready=True)
         except grpc.aio.AioRpcError as e:
             raise self.unavailable(e.details() or e.code().name) from None
-        self.name = reply.name
+        if self.named and reply.name != self.name:
+            # Its records live only in that backend: another one must not take its place.
+            log.warning("backend %s (%s): backend %s answers at its address; refused",
+                        self.name, self.address, shorten(reply.name))
+            raise self.unavailable(f"backend {shorten(repr(reply.name))} answers at its "
+                                   "address instead")
+        self.name, self.named = reply.name, True
         host = self.address.rsplit(":", 1)[0]
         self.metrics_url = f"http://{host}:{reply.metrics_port}/metrics" if reply.metrics_port \
             else ""

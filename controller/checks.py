@@ -9,16 +9,11 @@ from controller.abdl import ast
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
-from mbds.values import INT64_MAX, INT64_MIN, Value, out_of_range, to_pb
+from mbds.values import INT64_MAX, INT64_MIN, Value, describe, out_of_range, to_pb
 
 
 def where(pos: ast.Pos | None) -> str:
     return f"line {pos.line}, column {pos.column}: " if pos else ""
-
-
-def describe(v: Value) -> str:
-    kind = type(v).__name__.replace('str', 'string').replace('int', 'integer')
-    return f"{kind} {shorten(repr(v))}"
 
 
 def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -> Value:
@@ -77,3 +72,4 @@ def modifier(m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
         out.arith = m.arith
         to_pb(value, out.value)
     return out
+

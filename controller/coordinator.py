@@ -26,7 +26,8 @@ from controller.iig import Defined, Iig
 from controller.reqp import Prepared, Reqp, same_unit
 from mbds import doors, metrics
 from mbds.directory import Directory, changes
-from mbds.errors import BackendUnavailable, PermissionDenied
+from mbds.entries import EntryCheck, EntryError
+from mbds.errors import BackendUnavailable, PermissionDenied, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
 from mbds.values import Value
@@ -94,6 +95,16 @@ class Coordinator:
         if len({r.name for r in replies}) != len(replies):
             raise BackendUnavailable(f"two backends share a name: "
                                      f"{sorted(r.name for r in replies)}")
+        # Every directory is checked before any is applied: `Directory.apply` trusts it.
+        joining = EntryCheck(self.directory)
+        for link, reply in zip(links, replies, strict=True):
+            try:
+                if reply.name != link.name:
+                    raise EntryError(f"it names backend {shorten(repr(reply.name))}")
+                joining.check(reply.directory)
+            except EntryError as e:
+                raise BackendUnavailable(f"backend {link.name} ({link.address}): its "
+                                         f"directory is refused: {e}") from None
         for reply in replies:
             # A known backend at a new address (a re-created container): same data,
             # same identity; the new link replaces the old one.
@@ -124,7 +135,13 @@ class Coordinator:
         if not new:
             return
         async with self._membership():
-            await self._join(new)
+            try:
+                await self._join(new)
+            except BaseException:
+                for link in new:        # refused before it was admitted: tried again anew
+                    if link not in self.links:
+                        await link.close()
+                raise
         log.info("controller joined %d backends: %s", len(self.links),
                  ", ".join(f"{x.name}@{x.address}" for x in self.links))
 

@@ -4,7 +4,8 @@ The bus (`bus.py`) routes each reply tagged with the unit's seq here. The inbox
 hands PP (`pp.py`) the replies of one request at a time, buffers a backend that
 is ahead within its credit window, returns credit as PP consumes row batches,
 takes a writing unit's votes to a decision (`decisions.py`) and sends Commit or
-Abort down for it.
+Abort down for it. Each reply is checked as it arrives against what its backend
+may send next (`Inbox.deliver`); one it may not send fails the unit at once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Link(Protocol):
     and names the backend in an error."""
 
     name: str
+    address: str
     index: int                      # its place on the bus
     error: str                      # why its bus is down; "" while it is up
     pending: dict[int, Inbox]
@@ -41,8 +43,24 @@ class Link(Protocol):
 WINDOW = 8           # row batches (or groups) a backend may send of one unit ahead of PP
 GRANT = WINDOW // 2  # credit is returned in steps of this many
 
-# What a bus delivers to an inbox: a reply, or None when that bus broke.
-Delivery: TypeAlias = tuple[Link, "pb.BackendReply | None"]
+# What a bus delivers to an inbox: a reply, None when that bus broke, or (a string)
+# why a reply was refused.
+Delivery: TypeAlias = tuple[Link, "pb.BackendReply | str | None"]
+
+FINAL_KINDS = ("committed", "error")       # a backend's last reply of a unit
+
+
+class Sent:
+    """What one backend has sent of a unit so far, as it arrived: its request under way
+    (every earlier one done), its row batches and groups against the credit granted to
+    it, its vote and its last reply."""
+
+    __slots__ = ("at", "batches", "granted", "voted", "final", "refused")
+
+    def __init__(self) -> None:
+        self.at = self.batches = self.granted = 0
+        self.voted = self.refused = False
+        self.final = ""
 
 
 class BackendFailure(Exception):
@@ -58,7 +76,8 @@ class Inbox:
 
     Each backend sends its requests' results in request order; a backend that is
     ahead of the others (results of request i+1 while PP still gathers request i)
-    is buffered here, within its credit window, so memory stays bounded.
+    is buffered here, within its credit window, so memory stays bounded. A reply out
+    of that order, or beyond the credit, is refused as it arrives (`deliver`).
     """
 
     def __init__(self, links: Sequence[Link], seq: int, deadline: float, timeout: float,
@@ -72,12 +91,77 @@ class Inbox:
         self.queue: Mailbox[Delivery] = Mailbox()   # delivered by the buses, not yet taken
         self.ahead: dict[Link, deque[pb.BackendReply]] = {x: deque() for x in links}
         self.consumed: dict[Link, int] = dict.fromkeys(links, 0)
+        self.sent = {x: Sent() for x in links}
         for link in links:
             link.pending[seq] = self
 
     def deliver(self, link: Link, msg: pb.BackendReply | None) -> None:
-        """A reply of this unit from `link`'s bus (None: that bus broke)."""
+        """A reply of this unit from `link`'s bus (None: that bus broke), checked against
+        what that backend may send next. One it may not send is refused: the unit fails
+        with that refusal, and the backend's later replies are dropped but for its last
+        (the rollback the abort waits for)."""
+        if msg is None:
+            self.queue.put((link, None))
+            return
+        sent = self.sent[link]
+        kind = msg.WhichOneof("body")
+        if sent.refused:
+            if kind in FINAL_KINDS and not sent.final:
+                sent.final = kind
+                self.queue.put((link, msg))
+            return
+        fault = self._fault(sent, msg, kind)
+        if fault:
+            sent.refused = True
+            if kind in FINAL_KINDS and not sent.final:
+                sent.final = kind
+            self.queue.put((link, f"traffic unit aborted: refused a reply from backend "
+                                  f"{link.name} ({link.address}): {fault}"))
+            return
         self.queue.put((link, msg))
+
+    def _fault(self, sent: Sent, msg: pb.BackendReply, kind: str | None) -> str:
+        """What is wrong with `msg` coming next from a backend that has `sent` so far ("" if
+        nothing), its effect on that recorded. A backend answers request 0, 1, ... in
+        turn, each ending with its `done`, sends at most WINDOW row batches (or groups)
+        beyond the credit returned to it, then its vote (`prepared`, for a definition
+        followed by `committed`) or `committed`; `error` may come at any point; nothing
+        after the last."""
+        if sent.final:
+            return f"{kind or 'a reply with no body'} after its {sent.final}"
+        at = sent.at
+        if kind == "rows" or kind == "group" or kind == "done":
+            i = msg.request_index
+            if i == at:
+                if kind == "done":
+                    sent.at = at + 1
+                    return ""
+                sent.batches += 1
+                if sent.batches > WINDOW + sent.granted:
+                    return (f"{sent.batches} row batches or groups with credit for "
+                            f"{WINDOW + sent.granted}")
+                return ""
+            if i >= self.end:
+                return f"{kind} for request {i}, " + (
+                    f"beyond the unit's last ({self.end - 1})" if self.end
+                    else "but the unit has no requests")
+            if i < at:
+                return f"a second done for request {i}" if kind == "done" else \
+                    f"{kind} for request {i} after its done"
+            return f"{kind} for request {i} before the done of request {at}"
+        if kind == "error":
+            sent.final = kind
+            return ""
+        if kind == "prepared" or kind == "committed":
+            if at < self.end:
+                return f"{kind} before the done of request {at}"
+            if kind == "committed":
+                sent.final = kind
+            elif sent.voted:
+                return "a second prepared"
+            sent.voted = True
+            return ""
+        return f"a reply of unknown kind {kind}" if kind else "a reply with no body"
 
     def unregister(self) -> None:
         """Stop routing this unit's replies here (later ones are dropped)."""
@@ -90,10 +174,12 @@ class Inbox:
         return self.end if msg.WhichOneof("body") in ("prepared", "committed") \
             else msg.request_index
 
-    def _check(self, link: Link, msg: pb.BackendReply | None) -> pb.BackendReply:
+    def _check(self, link: Link, msg: pb.BackendReply | str | None) -> pb.BackendReply:
         if msg is None:
             self.ended.add(link)
             raise BackendFailure(link, link.unavailable(link.error or "its bus closed"))
+        if isinstance(msg, str):
+            raise BackendFailure(link, TrafficUnitAborted(msg))
         if msg.WhichOneof("body") == "error":
             self.ended.add(link)
             raise BackendFailure(link, TrafficUnitAborted(msg.error))
@@ -129,6 +215,7 @@ class Inbox:
         if self.consumed[link] >= GRANT and link.up:
             link.send(pb.BusMessage(credit=pb.Credit(seq=self.seq,
                                                      batches=self.consumed[link])))
+            self.sent[link].granted += self.consumed[link]
             self.consumed[link] = 0
 
     async def expect_all(self, kind: str) -> None:
@@ -196,9 +283,8 @@ class Inbox:
         self.abort(reason)
         if self.deciding is not None:
             return
-        for link, held in self.ahead.items():
-            if any(m.WhichOneof("body") == "committed" for m in held):
-                self.ended.add(link)
+        # Those whose last reply came have nothing to roll back.
+        self.ended.update(x for x, sent in self.sent.items() if sent.final)
         loop = asyncio.get_running_loop()
         until = max(self.deadline, loop.time()) + grace
         while any(x.up and x not in self.ended for x in self.links):
@@ -206,7 +292,8 @@ class Inbox:
                 link, msg = await self.queue.get(until)
             except TimeoutError:
                 return
-            if msg is None or msg.WhichOneof("body") in ("error", "committed"):
+            if msg is None or isinstance(msg, pb.BackendReply) and \
+                    msg.WhichOneof("body") in FINAL_KINDS:
                 self.ended.add(link)
 
     def _abort_now(self, reason: str) -> None:

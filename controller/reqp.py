@@ -14,14 +14,13 @@ from functools import cached_property
 
 from controller.abdl import TextTooLong, ast, parse
 from controller.checks import check_value, modifier
-from controller.checks import describe as _describe
 from controller.checks import where as _where
 from mbds.directory import Directory
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
 from mbds.traffic import COMPARE, RELOP_PB, predicate_count
-from mbds.values import Value, from_pb, to_pb
+from mbds.values import Value, describe, from_pb, to_pb
 
 # What a client may send; each bound is refused with its limit named (docs/abdl.md, "Limits").
 # The characters of a request's or transaction's text outside record bodies: bodies are
@@ -179,7 +178,7 @@ class Reqp:
                 continue
             if not isinstance(p.value, str):
                 raise SemanticError(f"{_where(p.pos)}FILE is compared with a file name, "
-                                    f"got {_describe(p.value)}")
+                                    f"got {describe(p.value)}")
             if p.op == "=":
                 named = self._file(p.value, p.pos)
             files = [f for f in files if COMPARE[p.op](f.name, p.value.upper())]

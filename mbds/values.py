@@ -13,6 +13,12 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 INT64_RANGE = f"integers are signed 64-bit, from {INT64_MIN} to {INT64_MAX}"
 
 
+def describe(v: Value) -> str:
+    """A value in an error, with its kind: `string 'many'`, `integer 7`."""
+    kind = type(v).__name__.replace('str', 'string').replace('int', 'integer')
+    return f"{kind} {shorten(repr(v))}"
+
+
 def out_of_range(v: int) -> str:
     """The refusal of an integer beyond 64 bits, naming it (shortened) and the range."""
     try:

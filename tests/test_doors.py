@@ -260,18 +260,18 @@ def test_a_directory_update_that_does_not_fit_the_directory_is_refused(cluster_f
     ids = list(c.descriptor_ids)              # FILE, CITY, POP, STATE
     bad = {
         "POP is integer, got str": [_descriptor(10_000, "POP", "A", low="x")],
-        "descriptor 10000: kind 'C' for CENSUS.POP, of type A":
+        "descriptor 10000: kind 'C' on CENSUS.POP, which takes A or N":
             [_descriptor(10_000, "POP", "C", value=5)],
-        "descriptor 10000: kind 'B' for CENSUS.AREA, not a directory attribute":
+        "descriptor 10000: file CENSUS has no directory attribute 'AREA'":
             [_descriptor(10_000, "AREA", "B", value=1.0)],
-        "descriptor 10000: FILE's descriptor must be its name":
+        "descriptor 10000: not a type-B descriptor of CENSUS.FILE (its low, high and value)":
             [_descriptor(10_000, "FILE", "B", value="STATES")],
         "cluster 10001: 3 descriptors for the 4 directory attributes of CENSUS":
             pb.Cluster(id=10_001, file="CENSUS", descriptor_ids=ids[:3]),
-        f"cluster 10001: descriptor {ids[2]} is not one of CENSUS.CITY's":
+        f"cluster 10001: {ids[2]} is not a descriptor of CENSUS.CITY":
             pb.Cluster(id=10_001, file="CENSUS", descriptor_ids=[ids[0], *ids[2:0:-1],
                                                                  ids[3]]),
-        f"cluster 10001: the descriptors of cluster {c.id}":
+        f"cluster 10001 has the descriptors of cluster {c.id}":
             pb.Cluster(id=10_001, file="CENSUS", descriptor_ids=ids),
     }
     for message, entries in bad.items():

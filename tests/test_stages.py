@@ -25,12 +25,17 @@ from tests.inproc import KeptPeers, census, census_key, census_placed, unit
 TEXT = "RETRIEVE ((FILE = Census) and (POP > 100) and (STATE = CA)) (CITY)"
 
 
-async def _node(tmp_path: Path, backends: int) -> tuple[BackendNode, BusOut, list[Hashable]]:
+async def _node(tmp_path: Path, backends: int, early: tuple[pb.DescriptorIds, ...] = ()
+                ) -> tuple[BackendNode, BusOut, list[Hashable]]:
+    """A backend of `backends` (index 0); `early`: peer ids it receives before its bus
+    hello."""
     node = BackendNode("b0", Store(tmp_path / "backend.db"), peers=KeptPeers(),
                        iig=IigClient("b0"))
     await asyncio.sleep(0)        # the stage-2 loop starts and waits for a unit
     directory, _ = census()
     await node.apply_directory(directory.to_update())
+    for msg in early:
+        node.on_peer_ids(msg)
     bus = BusOut()
     node.on_hello(pb.BusHello(epoch="e", backend_index=0, peers=[
         f"127.0.0.1:{1 + i}" for i in range(backends)]), bus)
@@ -256,3 +261,16 @@ def test_a_moved_record_goes_only_into_the_cluster_its_values_describe(
             assert directory.clusters[reply.cluster_id] == iig.iig.directory.clusters[
                 reply.cluster_id]
     asyncio.run(go())
+
+
+def test_ids_that_come_before_the_bus_hello_are_kept_for_their_unit(tmp_path: Path) -> None:
+    """A backend joining a bus may get a peer's ids for the first unit before its own
+    hello (the peer's bus was opened first): until the unit's share is known, ids are
+    only kept, then checked against it."""
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=2, early=(_peer_ids(1),))
+        await node.on_traffic_unit(_unit(1, split=True), bus)
+        assert (1, "committed") in await _answers(bus, 1)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
