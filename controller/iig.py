@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -270,7 +269,9 @@ class Iig:
             id_columns.append(ids)
         file_did = d.at[(file, "FILE")].find(file)
         assert file_did is not None
-        keys = list(zip(repeat(file_did), *id_columns))
+        # The file's own descriptor in every key: a file whose only directory attribute is
+        # FILE has one cluster (and no column to end the zip).
+        keys = list(zip([file_did] * n, *id_columns, strict=True))
         cid_of = {k: self._cluster(file, k, update) for k in dict.fromkeys(keys)}
         cids = list(map(cid_of.__getitem__, keys))
         per_cluster = Counter(cids)

@@ -284,6 +284,21 @@ def test_a_load_lands_every_record_on_the_backend_placement_chose(cluster_factor
     assert res.records == [{"COUNT(CITY)": 1000}]
 
 
+def test_a_file_whose_only_directory_attribute_is_file_loads_into_one_cluster(
+        cluster_factory) -> None:
+    """With no directory attribute of its own a file has one cluster, spread over the
+    backends like any other."""
+    r = cluster_factory(2)
+    r.client.define("files:\n  PAIRS:\n    attributes: {K: integer, V: integer}\n")
+    dones = list(r.client.load("PAIRS", ["K", "V"], [([k, -k], None) for k in range(50)],
+                               chunk=20))
+    assert sum(d.stats.records_retrieved for d in dones) == 50
+    [res] = r.client.execute("RETRIEVE ((FILE = Pairs) and (K >= 0)) (SUM(V), COUNT(K))")
+    assert res.records == [{"SUM(V)": -1225, "COUNT(K)": 50}]
+    assert res.stats["clusters_examined"] == 1
+    assert sorted(b["records"] for b in res.stats["backends"]) == [25, 25]
+
+
 def test_a_refused_batch_changes_no_data_and_names_its_record(cluster_factory) -> None:
     r = cluster_factory(2)
     r.client.define(CENSUS_YAML)
