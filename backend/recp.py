@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from backend.plan import FilePlan, RequestPlan
-from backend.store import col, table
+from backend.store import as_json, col, table
 from backend.undo import UndoLog
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
@@ -91,7 +91,7 @@ def _build_select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[obje
         elif a == "BODY":
             exprs.append("_body")
         elif a in plan.schema.by_name:
-            exprs.append(col(a))
+            exprs.append(as_json(plan.schema.by_name[a]))
         else:
             exprs.append("NULL")    # the target names an attribute this file lacks
     return ", ".join(exprs), params

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mbds.directory import file_schema_from_pb, file_schema_to_pb
 from mbds.proto import mbds_pb2 as pb
-from mbds.schema import FileSchema
+from mbds.schema import Attribute, FileSchema
 from mbds.values import from_pb, to_pb
 
 SQL_TYPES = {"integer": "INTEGER", "float": "REAL", "string": "TEXT"}
@@ -37,6 +37,24 @@ def table(file: str) -> str:
 
 def col(attr: str) -> str:
     return f'"{attr}"'
+
+
+def as_json(a: Attribute) -> str:
+    """The attribute's column as `json_array` should carry it. SQLite 3.40 writes a float
+    with 15 significant digits, and its printf's 17 are not always the stored value's
+    either; Python's repr of a float is its shortest literal that gives it back."""
+    c = col(a.name)
+    return f"CASE typeof({c}) WHEN 'real' THEN json({FLOAT_LITERAL}({c})) ELSE {c} END" \
+        if a.type == "float" else c
+
+
+FLOAT_LITERAL = "mbds_float"      # the SQL function `as_json` calls: a float's repr
+
+
+def add_functions(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """The connection, with the SQL functions RECP's statements call."""
+    conn.create_function(FLOAT_LITERAL, 1, repr, deterministic=True)
+    return conn
 
 
 def index_name(file: str, attr: str) -> str:
@@ -76,6 +94,7 @@ class Store:
     def _connect(self, readonly: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(self.uri, uri=True, isolation_level=None,
                                check_same_thread=False, timeout=30)
+        add_functions(conn)
         if not self.memory:
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={self.synchronous}")

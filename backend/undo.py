@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from backend.store import col, table
+from backend.store import as_json, col, table
 from mbds.schema import FileSchema
 
 SCHEMA = """
@@ -45,7 +45,7 @@ class UndoLog:
 
     def rows(self, schema: FileSchema, where: str, params: list[object]) -> None:
         """Before an UPDATE or DELETE: the old rows it will touch, whole."""
-        cols = ", ".join(_columns(schema))
+        cols = ", ".join(["cluster_id", *map(as_json, schema.attributes), "_body"])
         n = self.conn.execute(
             f"INSERT INTO undo (unit, file, lo, image) SELECT ?, ?, rid, json_array({cols}) "
             f"FROM {table(schema.name)} WHERE {where}", [self.unit, schema.name, *params]

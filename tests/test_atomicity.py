@@ -62,3 +62,19 @@ def test_failure_on_one_backend_rolls_back_everywhere(cluster_factory) -> None:
                      for b, recs in before.items()}
     [res] = c.execute("RETRIEVE ((FILE = Census) and (POP = 4)) (COUNT(CITY))")
     assert res.records == [{"COUNT(CITY)": 12}]
+
+
+def test_a_rolled_back_unit_gives_every_float_back_exactly(cluster_factory) -> None:
+    """The undo log keeps a row as SQLite encodes it to JSON: a float's 17 significant
+    digits must survive it, or an aborted DELETE would bring a record back changed."""
+    r = cluster_factory(2)
+    c = r.client
+    c.define(CENSUS_YAML)
+    c.execute(f"[INSERT (<FILE, Census>, <CITY, x>, <POP, 1>, <AREA, 0.30000000000000004>); "
+              f"INSERT (<FILE, Census>, <CITY, y>, <POP, {BIG}>)]")
+    with pytest.raises(ClientError) as err:      # POP + 4 overflows: the unit aborts
+        c.execute("[DELETE ((FILE = Census) and (CITY = x)); "
+                  "UPDATE ((FILE = Census) and (CITY = y)) <POP = POP * 4>]")
+    assert err.value.code == "ABORTED"
+    [res] = c.execute("RETRIEVE ((FILE = Census) and (AREA = 0.30000000000000004)) (CITY, AREA)")
+    assert res.records == [{"CITY": "x", "AREA": 0.30000000000000004}]

@@ -156,14 +156,20 @@ def test_large_bodies_stream_in_batches_under_the_message_limit(census: Running)
     assert res.records == [{"BODY": body}]
 
 
-@pytest.mark.parametrize("value", [0.1, 1e-7, 123456789.125, -2.5e300, 5e-324, 7.0])
+@pytest.mark.parametrize("value", [0.1, 1e-7, 123456789.125, -2.5e300, 5e-324, 7.0,
+                                   0.30000000000000004, 1.2345678901234567, 2 / 3,
+                                   1.7976931348623157e308, 2.2250738585072014e-308])
 def test_floats_round_trip_exactly(census: Running, value: float) -> None:
-    """Rows are encoded to JSON by SQLite on the backend: every float comes back equal."""
+    """Rows are encoded to JSON by SQLite on the backend: every float comes back equal,
+    its 17 significant digits too, and an equality on what came back finds it."""
     c = census.client
     c.execute(f"INSERT (<FILE, Census>, <CITY, Floaty>, <POP, 1>, <AREA, {value!r}>)")
     [r] = c.execute("RETRIEVE ((FILE = Census) and (CITY = Floaty)) (AREA, POP)")
     assert r.records == [{"AREA": value, "POP": 1}]
     assert isinstance(r.records[0]["AREA"], float)
+    [again] = c.execute(f"RETRIEVE ((FILE = Census) and (AREA = {r.records[0]['AREA']!r})) "
+                        "(CITY)")
+    assert again.records == [{"CITY": "Floaty"}]
     c.execute("DELETE ((FILE = Census) and (CITY = Floaty))")
 
 

@@ -11,7 +11,7 @@ import pytest
 from backend import recp
 from backend.plan import FilePlan
 from backend.recp import _where
-from backend.store import Store, table
+from backend.store import Store, add_functions, table
 from mbds.schema import parse_definition
 from tests.conftest import CENSUS_YAML
 from tests.inproc import census_iig, prepare
@@ -39,7 +39,7 @@ def test_where_binds_one_value_per_placeholder(conjunctions: list, matches: list
 
 def _census_table(rows: list[tuple[int, int, str]]) -> sqlite3.Connection:
     """A real RECP table (the store's own DDL) holding (cluster, POP, CITY) rows."""
-    conn = sqlite3.connect(":memory:")
+    conn = add_functions(sqlite3.connect(":memory:"))
     Store._create_file_table(conn, CENSUS)
     conn.executemany(f'INSERT INTO {table("CENSUS")} (cluster_id, "POP", "CITY", "STATE") '
                      "VALUES (?, ?, ?, 'CA')", rows)
