@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from mbds.client import Result
 
@@ -15,7 +16,9 @@ def render_result(r: Result, *, max_rows: int = 200) -> None:
     if r.columns and r.op in ("RETRIEVE", "RETRIEVE_COMMON"):
         t = Table(*r.columns, show_lines=False)
         for rec in r.records[:max_rows]:
-            t.add_row(*("" if rec.get(c) is None else str(rec.get(c)) for c in r.columns))
+            # Text, not str: a stored value is shown as it is, never read as markup.
+            t.add_row(*(Text("" if rec.get(c) is None else str(rec.get(c)))
+                        for c in r.columns))
         console.print(t)
         if len(r.records) > max_rows:
             console.print(f"… {len(r.records) - max_rows} more records (use --json for all)")

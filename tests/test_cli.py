@@ -143,3 +143,14 @@ def test_the_services_import_no_benchmark_or_plotting(service: str) -> None:
     assert "cli.services" in loaded
     assert [m for m in loaded if m.split(".")[0] in ("loadgen", "matplotlib", "psutil",
                                                      "rich")] == []
+
+
+def test_a_table_shows_stored_values_as_they_are_never_as_markup() -> None:
+    """`mbds exec` prints records with rich: a value that looks like markup is text."""
+    from cli import tables
+    from mbds.client import Result
+    r = Result("RETRIEVE", ["S"], [{"S": "[/]"}, {"S": "[red]secret[/red] x"}],
+               {"records_retrieved": 2, "backends": []})
+    with tables.console.capture() as out:
+        tables.render_result(r)
+    assert "[/]" in out.get() and "[red]secret[/red] x" in out.get()
