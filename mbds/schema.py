@@ -27,6 +27,9 @@ MAX_DEFINITION = 1 << 20       # characters of definition text
 MAX_FILES = 256                # files in one definition
 MAX_ATTRIBUTES = 256           # attributes of one file
 MAX_NAME = 128                 # characters of a file or attribute name
+# A backend's table for a file has these columns besides the attributes (SQLite's names
+# are case-insensitive): an attribute may not take their names.
+STORAGE_COLUMNS = {"RID", "CLUSTER_ID", "_BODY"}
 
 
 @dataclass(frozen=True)
@@ -186,11 +189,14 @@ def parse_definition(text: str) -> list[FileSchema]:
         raise DefinitionError("definition must have a non-empty 'files' mapping")
     if len(doc["files"]) > MAX_FILES:
         raise _too_many("the definition", len(doc["files"]), "files", MAX_FILES)
-    files = []
+    files: list[FileSchema] = []
     for raw_name, body in doc["files"].items():
         name = _ident(raw_name, "file name")
-        if not isinstance(body, dict) or not isinstance(body.get("attributes"), dict):
-            raise DefinitionError(f"file {name}: needs an 'attributes' mapping")
+        if any(f.name == name for f in files):
+            raise DefinitionError(f"file names repeat (case-insensitively): {name}")
+        if not isinstance(body, dict) or not isinstance(body.get("attributes"), dict) \
+                or not body["attributes"]:
+            raise DefinitionError(f"file {name}: needs a non-empty 'attributes' mapping")
         if len(body["attributes"]) > MAX_ATTRIBUTES:
             raise _too_many(f"file {name}", len(body["attributes"]), "attributes",
                             MAX_ATTRIBUTES)
@@ -202,6 +208,9 @@ def parse_definition(text: str) -> list[FileSchema]:
         attrs: list[Attribute] = []
         for raw_attr, typ in body["attributes"].items():
             attr_name = _ident(raw_attr, f"file {name}: attribute")
+            if attr_name in STORAGE_COLUMNS:
+                raise DefinitionError(f"file {name}: attribute {attr_name} is a name the "
+                                      "backends' storage uses")
             if typ not in TYPES:
                 raise DefinitionError(
                     f"file {name}: attribute {attr_name} has type {shorten(repr(typ))}; "

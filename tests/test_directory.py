@@ -84,6 +84,14 @@ files:
     ("files: {F: {attributes: {A: integer}, directory: {A: {type: B, values: [x]}}}}",
      "not a integer"),
     ("files: [", "not valid YAML"),
+    ("files: {dup: {attributes: {A: integer}}, DUP: {attributes: {B: integer}}}",
+     r"^file names repeat \(case-insensitively\): DUP$"),
+    ("files: {F: {attributes: {}}}", r"^file F: needs a non-empty 'attributes' mapping$"),
+    ("files: {F: {attributes: {rid: integer}}}",
+     "^file F: attribute RID is a name the backends' storage uses$"),
+    ("files: {F: {attributes: {A: integer, Cluster_Id: integer}}}",
+     "attribute CLUSTER_ID is a name"),
+    ("files: {F: {attributes: {_body: string}}}", "attribute _BODY is a name"),
 ])
 def test_bad_definitions_are_named(text: str, message: str) -> None:
     with pytest.raises(DefinitionError, match=message):
