@@ -81,19 +81,27 @@ def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
     return _cached(plan.schema, ("select", *attrs), lambda: _build_select_list(plan, attrs))
 
 
+def _term(plan: FilePlan, a: str, encoded: bool = False) -> tuple[str, list[object]]:
+    """What a target, aggregate item or BY names, as SQL on the plan's file: FILE is the
+    file's name, BODY the record body, an attribute the file lacks is null. (An unknown
+    double-quoted name would be a string to SQLite, not a column.)"""
+    if a == "FILE":
+        return "?", [plan.schema.name]
+    if a == "BODY":
+        return "_body", []
+    attr = plan.schema.by_name.get(a)
+    if attr is None:
+        return "NULL", []
+    return (as_json(attr) if encoded else col(a)), []
+
+
 def _build_select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
     exprs: list[str] = []
     params: list[object] = []
     for a in attrs:
-        if a == "FILE":
-            exprs.append("?")
-            params.append(plan.schema.name)
-        elif a == "BODY":
-            exprs.append("_body")
-        elif a in plan.schema.by_name:
-            exprs.append(as_json(plan.schema.by_name[a]))
-        else:
-            exprs.append("NULL")    # the target names an attribute this file lacks
+        expr, ps = _term(plan, a, encoded=True)
+        exprs.append(expr)
+        params += ps
     return ", ".join(exprs), params
 
 
@@ -246,15 +254,17 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[str],
     """Partial aggregates, one message per BY group."""
     if not plan.clusters:
         return
-    exprs = []
+    exprs: list[str] = []
+    eparams: list[object] = []
     for a in items:
-        c = col(a) if a in plan.schema.by_name else "NULL"
+        c, ps = _term(plan, a)
         exprs += [f"SUM({c})", f"COUNT({c})", f"MIN({c})", f"MAX({c})"]
-    key = col(by) if by else "NULL"
+        eparams += ps * 4
+    key, kparams = _term(plan, by) if by else ("NULL", [])
     where, params = _where(plan)
     sql = (f"SELECT {key}, COUNT(*), {', '.join(exprs)} FROM {table(plan.schema.name)} "
            f"WHERE {where}" + (f" GROUP BY {key}" if by else ""))
-    for row in conn.execute(sql, params):
+    for row in conn.execute(sql, kparams + eparams + params + (kparams if by else [])):
         if row[1] == 0:
             continue         # no records: nothing to contribute
         g = pb.PartialGroup(records=row[1])

@@ -135,6 +135,27 @@ def test_one_update_over_files_moves_records_only_where_the_attribute_addresses(
     assert len(set(backend_digests(census))) == 1
 
 
+def test_aggregates_and_groups_of_file_body_and_attributes_a_file_lacks(
+        census: Running) -> None:
+    """FILE and BODY are what every record has (its file's name, its body), and a file
+    without the BY attribute groups its records under null, as SQL groups a null."""
+    c = census.client
+    c.define("files:\n  KEYED:\n    attributes: {TAG: string, DEPTH: integer, K: string}\n"
+             "  PLAIN:\n    attributes: {TAG: string, DEPTH: integer}\n")
+    c.execute("[INSERT (<FILE, Keyed>, <TAG, a>, <DEPTH, 1>, <K, x>) {a body}; "
+              "INSERT (<FILE, Keyed>, <TAG, b>, <DEPTH, 2>, <K, x>); "
+              "INSERT (<FILE, Plain>, <TAG, c>, <DEPTH, 3>) {another}]")
+    [res] = c.execute("RETRIEVE (DEPTH > 0) (COUNT(BODY), COUNT(FILE), MAX(FILE))")
+    assert res.records == [{"COUNT(BODY)": 2, "COUNT(FILE)": 3, "MAX(FILE)": "PLAIN"}]
+    [res] = c.execute("RETRIEVE (DEPTH > 0) (COUNT(TAG), SUM(DEPTH)) BY FILE")
+    assert sorted(res.records, key=lambda r: r["FILE"]) == [
+        {"FILE": "KEYED", "COUNT(TAG)": 2, "SUM(DEPTH)": 3},
+        {"FILE": "PLAIN", "COUNT(TAG)": 1, "SUM(DEPTH)": 3}]
+    [res] = c.execute("RETRIEVE (DEPTH > 0) (COUNT(TAG)) BY K")
+    assert sorted(res.records, key=repr) == sorted(
+        [{"K": "x", "COUNT(TAG)": 2}, {"K": None, "COUNT(TAG)": 1}], key=repr)
+
+
 def test_record_body_round_trips(census: Running) -> None:
     c = census.client
     c.execute("INSERT (<FILE, Census>, <CITY, Bodied>, <POP, 1>) {line one\nline \\} two}")
