@@ -148,7 +148,7 @@ def read(conn: sqlite3.Connection, request_index: int,
             yield from retrieve_batches(
                 conn, fp, [t.attr for t in rp.request.right.targets], request_index, 1)
         return
-    items = [attr for attr, agg in rp.targets if agg]
+    items = [(attr, agg) for attr, agg in rp.targets if agg]
     if items:
         for fp in rp.files:
             yield from aggregate_groups(conn, fp, items, rp.request.retrieval.by, request_index)
@@ -249,22 +249,27 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
                 break
 
 
-def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[str], by: str,
-                     request_index: int) -> Iterator[pb.BackendReply]:
-    """Partial aggregates, one message per BY group."""
+def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple[str, str]],
+                     by: str, request_index: int) -> Iterator[pb.BackendReply]:
+    """Partial aggregates of (attribute, aggregate) items, one message per BY group. The
+    sum only where SUM or AVG needs it: SQLite's integer SUM may overflow, and an AVG's
+    (a float) is summed as one, by TOTAL, which does not."""
     if not plan.clusters:
         return
     exprs: list[str] = []
     eparams: list[object] = []
-    for a in items:
+    for a, agg in items:
         c, ps = _term(plan, a)
-        exprs += [f"SUM({c})", f"COUNT({c})", f"MIN({c})", f"MAX({c})"]
-        eparams += ps * 4
+        total = {"SUM": f"SUM({c})", "AVG": f"TOTAL({c})"}.get(agg)
+        exprs += [total or "NULL", f"COUNT({c})", f"MIN({c})", f"MAX({c})"]
+        eparams += ps * (4 if total else 3)
     key, kparams = _term(plan, by) if by else ("NULL", [])
     where, params = _where(plan)
     sql = (f"SELECT {key}, COUNT(*), {', '.join(exprs)} FROM {table(plan.schema.name)} "
            f"WHERE {where}" + (f" GROUP BY {key}" if by else ""))
-    for row in conn.execute(sql, kparams + eparams + params + (kparams if by else [])):
+    sums = ", ".join(f"SUM({a})" for a, agg in items if agg == "SUM")
+    for row in _overflow_named(lambda: conn.execute(
+            sql, kparams + eparams + params + (kparams if by else [])), sums):
         if row[1] == 0:
             continue         # no records: nothing to contribute
         g = pb.PartialGroup(records=row[1])
@@ -276,6 +281,16 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[str],
             to_pb(lo, g.mins.add())
             to_pb(hi, g.maxs.add())
         yield pb.BackendReply(request_index=request_index, group=g)
+
+
+def _overflow_named(rows: Callable[[], Iterator[T]], sums: str) -> Iterator[T]:
+    """The rows, SQLite's integer overflow (of a SUM) named by the items it sums."""
+    try:
+        yield from rows()
+    except sqlite3.OperationalError as e:
+        if "integer overflow" not in str(e):
+            raise
+        raise OverflowError(f"{sums}: a sum beyond 64-bit integers") from None
 
 
 def delete(conn: sqlite3.Connection, plan: FilePlan, undo: UndoLog | None = None) -> int:

@@ -20,8 +20,9 @@ from typing import Any
 from controller.inbox import BackendFailure, Inbox
 from controller.reqp import Prepared
 from mbds import metrics
+from mbds.errors import TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
-from mbds.values import from_pb
+from mbds.values import INT64_MAX, INT64_MIN, from_pb
 
 REPLY_BATCH_ROWS = 1000  # rows in each batch PP builds itself (aggregates, joins)
 FLUSH_BATCHES = 4        # row batches PP holds before it must pass them to the client
@@ -55,8 +56,11 @@ class _Aggregates:
         for key in sorted(groups, key=lambda k: (k is not None, k)):
             finals = {}
             for (agg, attr), (s, n, lo, hi) in zip(self.p.aggregates, groups[key], strict=True):
-                finals[f"{agg}({attr})"] = {"AVG": s / n if n else None, "SUM": s,
-                                            "COUNT": n, "MIN": lo, "MAX": hi}[agg]
+                if agg == "SUM" and type(s) is int and not INT64_MIN <= s <= INT64_MAX:
+                    # As a backend's own sum would: the partial sums fit, their total not.
+                    raise TrafficUnitAborted(f"SUM({attr}): a sum beyond 64-bit integers")
+                finals[f"{agg}({attr})"] = (s / n if n else None) if agg == "AVG" else \
+                    {"SUM": s, "COUNT": n, "MIN": lo, "MAX": hi}[agg]
             out.append([key if c == self.p.by else finals[c] for c in self.p.columns])
         return out
 

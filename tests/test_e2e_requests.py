@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from mbds.client import ClientError
 from tests.conftest import CENSUS_SCHEMAS, CENSUS_YAML, Running, backend_digests, start_cluster
 from tests.model import Model, canon
 
@@ -154,6 +155,27 @@ def test_aggregates_and_groups_of_file_body_and_attributes_a_file_lacks(
     [res] = c.execute("RETRIEVE (DEPTH > 0) (COUNT(TAG)) BY K")
     assert sorted(res.records, key=repr) == sorted(
         [{"K": "x", "COUNT(TAG)": 2}, {"K": None, "COUNT(TAG)": 1}], key=repr)
+
+
+def test_sums_beyond_64_bits_are_refused_alike_and_other_aggregates_answer(
+        census: Running) -> None:
+    """A SUM beyond 64-bit integers is refused with the same words whether one backend's
+    sum overflows or only the total does; COUNT, MIN and MAX of the same records do not
+    sum them, and AVG (a float) sums as one."""
+    c = census.client
+    top = 2 ** 63 - 1
+    c.define("files:\n  BIGS:\n    attributes: {N: integer, G: string}\n")
+    c.execute(f"[INSERT (<FILE, Bigs>, <N, {top}>, <G, a>); "
+              f"INSERT (<FILE, Bigs>, <N, {top}>, <G, a>); INSERT (<FILE, Bigs>, <N, 5>, <G, b>)]")
+    for text in ("RETRIEVE (FILE = Bigs) (SUM(N))", "RETRIEVE (FILE = Bigs) (SUM(N)) BY G"):
+        with pytest.raises(ClientError) as err:
+            c.execute(text)
+        assert err.value.code == "ABORTED"
+        assert str(err.value).endswith("SUM(N): a sum beyond 64-bit integers")
+    [res] = c.execute("RETRIEVE ((FILE = Bigs) and (N > 100)) (COUNT(N), MIN(N), MAX(N)) BY G")
+    assert res.records == [{"G": "a", "COUNT(N)": 2, "MIN(N)": top, "MAX(N)": top}]
+    [res] = c.execute("RETRIEVE (FILE = Bigs) (AVG(N))")
+    assert res.records == [{"AVG(N)": (2 * top + 5) / 3}]
 
 
 def test_record_body_round_trips(census: Running) -> None:

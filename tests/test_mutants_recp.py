@@ -83,9 +83,11 @@ def test_a_plan_without_conjunctions_matches_every_record_of_its_clusters() -> N
         [r[0]] for recs in RECORDS.values() for r in recs)
 
 
-def groups(conn: sqlite3.Connection, p: FilePlan, items: list[str], by: str) -> dict:
+def groups(conn: sqlite3.Connection, p: FilePlan, items: list[str], by: str,
+           agg: str = "SUM") -> dict:
+    """Each group's records and, per item, its (sum, count, min, max) for `agg`."""
     out = {}
-    for reply in recp.aggregate_groups(conn, p, items, by, 7):
+    for reply in recp.aggregate_groups(conn, p, [(a, agg) for a in items], by, 7):
         assert reply.request_index == 7
         g = reply.group
         out[from_pb(g.key)] = (g.records, [
@@ -110,6 +112,11 @@ def test_partial_aggregates_without_by_and_over_some_clusters() -> None:
     [(key, (records, [pop, city]))] = groups(conn, plan([1, 2]), ["POP", "CITY"], "").items()
     assert (key, records, pop, city[1:]) == (None, 4, (11025, 3, 25, 9000),
                                              (4, "Albany", "Monterey"))
+    # COUNT, MIN and MAX do not sum (an integer sum may overflow); AVG sums as a float.
+    [(_, (_, [pop]))] = groups(conn, plan([1, 2]), ["POP"], "", "COUNT").items()
+    assert pop == (None, 3, 25, 9000)
+    [(_, (_, [pop]))] = groups(conn, plan([1, 2]), ["POP"], "", "AVG").items()
+    assert pop == (11025.0, 3, 25, 9000) and isinstance(pop[0], float)
     # Nothing matches: no group at all (rather than a group of no records).
     assert groups(conn, plan([1, 2], [[("POP", ">", 10**6)]]), ["POP"], "") == {}
     assert groups(conn, plan([]), ["POP"], "STATE") == {}
