@@ -29,6 +29,12 @@ FLUSH_BATCHES = 4        # row batches PP holds before it must pass them to the 
 WRITE_OPS = ("INSERT", "DELETE", "UPDATE")
 
 
+def _order(v: Any) -> tuple[bool, Any]:
+    """A value's place in MIN, MAX and the order of BY groups: numbers before strings, as
+    SQLite orders them (files may give one attribute name different types)."""
+    return (isinstance(v, str), v)
+
+
 class _Aggregates:
     """Merges partial groups: per group and aggregate item, SUM, COUNT, MIN, MAX."""
 
@@ -44,16 +50,16 @@ class _Aggregates:
             if s is not None:
                 a[0] = s if a[0] is None else a[0] + s
             a[1] += g.counts[j]
-            if lo is not None and (a[2] is None or lo < a[2]):
+            if lo is not None and (a[2] is None or _order(lo) < _order(a[2])):
                 a[2] = lo
-            if hi is not None and (a[3] is None or hi > a[3]):
+            if hi is not None and (a[3] is None or _order(hi) > _order(a[3])):
                 a[3] = hi
 
     def rows(self) -> list[list[Any]]:
         groups = self.groups or ({} if self.p.by else {None: [[None, 0, None, None]
                                                               for _ in self.p.aggregates]})
         out = []
-        for key in sorted(groups, key=lambda k: (k is not None, k)):
+        for key in sorted(groups, key=lambda k: (k is not None, _order(k))):
             finals = {}
             for (agg, attr), (s, n, lo, hi) in zip(self.p.aggregates, groups[key], strict=True):
                 if agg == "SUM" and type(s) is int and not INT64_MIN <= s <= INT64_MAX:

@@ -178,6 +178,22 @@ def test_sums_beyond_64_bits_are_refused_alike_and_other_aggregates_answer(
     assert res.records == [{"AVG(N)": (2 * top + 5) / 3}]
 
 
+def test_min_max_and_groups_over_files_that_type_an_attribute_differently(
+        census: Running) -> None:
+    """One attribute name, a string in one file and an integer in another: MIN, MAX and
+    the order of BY groups put numbers before strings, as SQLite does."""
+    c = census.client
+    c.define("files:\n  WORDS:\n    attributes: {V: string, W: string}\n"
+             "  NUMBERS:\n    attributes: {V: integer, W: string}\n")
+    c.execute("[INSERT (<FILE, Words>, <V, apple>, <W, x>); "
+              "INSERT (<FILE, Numbers>, <V, 7>, <W, x>); INSERT (<FILE, Numbers>, <V, 9>, <W, x>)]")
+    [res] = c.execute("RETRIEVE (W = x) (MIN(V), MAX(V), COUNT(V))")
+    assert res.records == [{"MIN(V)": 7, "MAX(V)": "apple", "COUNT(V)": 3}]
+    [res] = c.execute("RETRIEVE (W = x) (COUNT(W)) BY V")
+    assert res.records == [{"V": 7, "COUNT(W)": 1}, {"V": 9, "COUNT(W)": 1},
+                           {"V": "apple", "COUNT(W)": 1}]
+
+
 def test_record_body_round_trips(census: Running) -> None:
     c = census.client
     c.execute("INSERT (<FILE, Census>, <CITY, Bodied>, <POP, 1>) {line one\nline \\} two}")
