@@ -119,7 +119,29 @@ def command(client: Client, text: str) -> None:
 
 
 def _complete(text: str) -> bool:
-    # '<' and '>' are also comparison operators, so only (), [], {} and quotes decide.
-    return text.count("(") == text.count(")") and text.count("[") == text.count("]") \
-        and text.count("{") == text.count("}") and text.count("'") % 2 == 0 \
-        and text.count('"') % 2 == 0
+    """Whether Enter sends the text: every ( and [ closed. Quoted strings (with their
+    backslash escapes), record bodies ({...}, with \\}) and -- comments are skipped, so
+    a quote or bracket inside them does not count; '<' and '>' are also comparison
+    operators, so they decide nothing. An unclosed quote or body is sent as it is, for
+    the server to name (a string may not span lines)."""
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "'\"{":
+            close = "}" if ch == "{" else ch
+            i += 1
+            while i < n and text[i] != close:
+                i += 2 if text[i] == "\\" else 1
+            if i >= n:
+                return ch != "{"          # a body may span lines; a string may not
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            if end < 0:
+                break
+            i = end
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        i += 1
+    return depth <= 0

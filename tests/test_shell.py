@@ -20,6 +20,13 @@ def test_enter_runs_only_balanced_input() -> None:
     assert not _complete("RETRIEVE ((FILE = Census) and")
     assert not _complete("[INSERT (<FILE, Census>, <CITY, 'x'>);")
     assert _complete("RETRIEVE ((FILE = Census) and (POP < 5)) (CITY)")   # '<' is an operator
+    # Quotes and brackets inside strings, bodies and comments do not count.
+    assert _complete("RETRIEVE ((FILE = Census) and (CITY = 'it\\'s')) (CITY)")
+    assert _complete("RETRIEVE (CITY = \"(\") (CITY) -- don't (count this")
+    assert not _complete("RETRIEVE (CITY = x) -- ok\n  and (")
+    assert _complete("INSERT (<FILE, Census>, <CITY, a>) {a body with ) and ' and \\} in it}")
+    assert not _complete("INSERT (<FILE, Census>, <CITY, a>) {a body that goes on")
+    assert _complete("RETRIEVE (CITY = 'unclosed")      # sent: the server names it
 
 
 def test_shell_multiline_request_and_table(cluster_factory, tmp_path) -> None:
