@@ -48,7 +48,12 @@ class LoadBatch:
         if col.kind == pb.NULLS:
             return None
         if i not in self._decoded:
-            self._decoded[i] = columns.decode(col, self.count)
+            values = columns.decode(col, self.count)
+            if self.schema.attributes[i].type == "float" and col.kind != pb.FLOATS:
+                # Stored as floats (a REAL column): placed by the value stored, as an
+                # INSERT's integer for a float attribute is.
+                values = [float(v) if type(v) is int else v for v in values]
+            self._decoded[i] = values
         return self._decoded[i]
 
     def entries(self, i: int) -> list[Any]:

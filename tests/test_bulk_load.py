@@ -299,6 +299,22 @@ def test_a_file_whose_only_directory_attribute_is_file_loads_into_one_cluster(
     assert sorted(b["records"] for b in res.stats["backends"]) == [25, 25]
 
 
+def test_integers_loaded_into_a_float_attribute_are_placed_as_the_floats_stored(
+        cluster_factory) -> None:
+    """A float column keeps what it is given as floats: integers loaded into it, 2**53 + 1
+    among them (stored as 2**53), are placed by that float, so an equality finds them."""
+    r = cluster_factory(2)
+    r.client.define("files:\n  LEVELS:\n    attributes: {F: float, T: string}\n"
+                    "    directory:\n      F: {type: C}\n")
+    big = 2 ** 53
+    list(r.client.load("LEVELS", ["F", "T"], [([big + 1, "a"], None), ([big, "b"], None),
+                                               ([3, "c"], None)]))
+    for value, tags in ((float(big), ["a", "b"]), (3.0, ["c"])):
+        [res] = r.client.execute(f"RETRIEVE ((FILE = Levels) and (F = {value!r})) (T)")
+        assert sorted(x["T"] for x in res.records) == tags
+        assert res.stats["clusters_examined"] == 1
+
+
 def test_a_refused_batch_changes_no_data_and_names_its_record(cluster_factory) -> None:
     r = cluster_factory(2)
     r.client.define(CENSUS_YAML)
