@@ -9,6 +9,7 @@ fit fails here, naming the peer and what is wrong.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from backend import check, dm
 from backend.links import PeerLinks
@@ -52,13 +53,18 @@ class IdExchange:
         it. Records on `st` whether it sends ids and whose it waits for, worked out once
         per unit."""
         st.config = self.config
-        if not self.split(tu):
-            return (0, 1)
-        index = self.config.index
-        senders = self.senders(tu)
-        st.sends = index in senders
-        st.awaited = frozenset(senders).difference((index,))
-        return (index, len(self.config.peers))
+        share = (0, 1)
+        if self.split(tu):
+            index = self.config.index
+            senders = self.senders(tu)
+            st.sends = index in senders
+            st.awaited = frozenset(senders).difference((index,))
+            share = (index, len(self.config.peers))
+        # Ids that came before the unit, from a backend it does not wait for, fail it now
+        # rather than at its timeout.
+        if st.peer_ids and not st.bad_ids:
+            st.bad_ids = next(filter(None, map(partial(stranger, st), st.peer_ids)), "")
+        return share
 
     def send(self, st: TuState, tu: pb.TrafficUnit, found: DescriptorResults) -> None:
         """Broadcast this backend's share of the ids, if it searched one."""

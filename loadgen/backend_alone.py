@@ -53,7 +53,7 @@ async def _run(data_dir: Path, text: str, units: int, warmup: int) -> float:
 
     async def one(seq: int) -> None:
         tu = pb.TrafficUnit.FromString(wire)     # a fresh message, as the bus parses one
-        tu.seq = seq
+        tu.seq = seq + 1                         # a bus numbers its units from 1
         await node.on_traffic_unit(tu, bus)
         while True:
             for msg in await bus.queue.take():
