@@ -27,6 +27,15 @@ def check_value(attr: Attribute, value: Value, pos: ast.Pos | None, file: str) -
     return float(value) if attr.type == "float" and isinstance(value, int | float) else value
 
 
+def as_compared(value: Value, attrs: list[Attribute]) -> Value:
+    """A checked literal as the files compare or store it: an integer becomes a float only
+    when the attribute is a float in every file (a file's integer compares exactly with
+    the integer, and SQLite stores an integer in a float column as a float)."""
+    if type(value) is int and attrs and all(a.type == "float" for a in attrs):
+        return float(value)
+    return value
+
+
 def modifier(m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
     """An UPDATE's modifier checked against every file the query selects."""
     if m.attr == "FILE":
@@ -41,7 +50,8 @@ def modifier(m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
         if m.bare_word and isinstance(m.value, str) and m.value.upper() in f.by_name:
             source_name = m.value.upper()       # <A = B>: copy attribute B
         if source_name is None:
-            to_pb(check_value(target, m.value, m.pos, f.name), out.value)
+            check_value(target, m.value, m.pos, f.name)
+            to_pb(as_compared(m.value, [x.by_name[m.attr] for x in files]), out.value)
             continue
         source = f.by_name.get(source_name)
         if source is None:

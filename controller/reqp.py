@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from controller.abdl import TextTooLong, ast, parse
-from controller.checks import check_value, modifier
+from controller.checks import as_compared, check_value, modifier
 from controller.checks import where as _where
 from mbds.directory import Directory
 from mbds.errors import SemanticError, shorten
@@ -209,7 +209,8 @@ class Reqp:
                         a = f.by_name[p.attr]
                         if a.type == "integer" and isinstance(p.value, float):
                             a = Attribute(a.name, "float")   # 2 < 2.5 compares fine
-                        value = check_value(a, p.value, p.pos, f.name)
+                        check_value(a, p.value, p.pos, f.name)
+                    value = as_compared(p.value, [f.by_name[p.attr] for f in files])
                 c.predicates.add(attr=p.attr, op=RELOP_PB[p.op], value=to_pb(value))
             for f in files:
                 all_files[f.name] = f

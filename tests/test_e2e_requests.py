@@ -194,6 +194,29 @@ def test_min_max_and_groups_over_files_that_type_an_attribute_differently(
                            {"V": "apple", "COUNT(W)": 1}]
 
 
+def test_an_integer_literal_compares_exactly_where_one_file_holds_integers(
+        census: Running) -> None:
+    """Q is an integer in one file and a float in another: a literal beyond 2**53 is not
+    made a float for both (the integer file would match its neighbour), and an UPDATE's
+    integer value is stored in each file as its type holds it."""
+    c = census.client
+    big = 2 ** 53
+    c.define("files:\n  EXACT:\n    attributes: {Q: integer, R: string}\n"
+             "    directory:\n      Q: {type: C}\n"
+             "  ROUGH:\n    attributes: {Q: float, R: string}\n")
+    c.execute(f"[INSERT (<FILE, Exact>, <Q, {big + 1}>, <R, odd>); "
+              f"INSERT (<FILE, Exact>, <Q, {big}>, <R, even>); "
+              f"INSERT (<FILE, Rough>, <Q, {float(big)!r}>, <R, rough>)]")
+    [res] = c.execute(f"RETRIEVE (Q = {big + 1}) (R)")
+    assert res.records == [{"R": "odd"}]
+    [res] = c.execute(f"RETRIEVE (Q = {big}) (R)")
+    assert sorted(x["R"] for x in res.records) == ["even", "rough"]
+    c.execute(f"UPDATE (Q = {big}) <Q = 7>")
+    [res] = c.execute("RETRIEVE (Q = 7) (Q, R)")
+    assert sorted(res.records, key=lambda x: x["R"]) == [{"Q": 7, "R": "even"},
+                                                          {"Q": 7.0, "R": "rough"}]
+
+
 def test_record_body_round_trips(census: Running) -> None:
     c = census.client
     c.execute("INSERT (<FILE, Census>, <CITY, Bodied>, <POP, 1>) {line one\nline \\} two}")
