@@ -97,14 +97,14 @@ class IdExchange:
         if a peer's ids do not fit it."""
         if not st.awaited <= st.peer_ids.keys() and not st.bad_ids:
             await self._wait(st)
+        if st.bad_ids:          # every sender was looked at, by `share` or `received`
+            raise check.BadMessage(st.bad_ids)
         if not st.peer_ids:
             return st.found
         assert st.tu is not None and st.shape is not None and st.config is not None
         found = dict(st.found)
         peers = st.config.peers
         for sender, msgs in st.peer_ids.items():
-            if bad := st.bad_ids or stranger(st, sender):
-                raise check.BadMessage(bad)
             try:
                 found.update(self.plans.peer_share(st.shape, st.tu, sender, len(peers), msgs))
             except check.BadMessage as e:

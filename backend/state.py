@@ -74,7 +74,7 @@ class TuState:
     awaited: frozenset[int] = frozenset()
     peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
     peers_in: asyncio.Future[None] | None = None
-    bad_ids: str = ""                  # why ids that came for it were refused on receipt
+    bad_ids: str = ""                  # why ids that came for it are not its senders'
     config: BusConfig | None = None    # the bus's, when its share was worked out
     found: DescriptorResults = field(default_factory=dict)
     shape: Shape | None = None         # its requests' checks and plans (`plancache.py`)
