@@ -41,14 +41,12 @@ def modifier(m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
     if m.attr == "FILE":
         raise SemanticError(f"{where(m.pos)}FILE cannot be updated")
     out = pb.Modifier(attr=m.attr)
+    source_name = _copied(m, files)
     for f in files:
         target = f.by_name.get(m.attr)
         if target is None:
             raise SemanticError(f"{where(m.pos)}unknown attribute {shorten(m.attr)} in "
                                 f"file {f.name}")
-        source_name = m.source
-        if m.bare_word and isinstance(m.value, str) and m.value.upper() in f.by_name:
-            source_name = m.value.upper()       # <A = B>: copy attribute B
         if source_name is None:
             check_value(target, m.value, m.pos, f.name)
             to_pb(as_compared(m.value, [x.by_name[m.attr] for x in files]), out.value)
@@ -83,3 +81,22 @@ def modifier(m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
         to_pb(value, out.value)
     return out
 
+
+
+def _copied(m: ast.Modifier, files: list[FileSchema]) -> str | None:
+    """The attribute an UPDATE's modifier copies, or None when it sets a value. `<A = B>`
+    copies B where B names an attribute, else sets the string B: one reading for the whole
+    request, so a word that is an attribute of some of the files reached and not of others
+    is refused as ambiguous rather than copied in some files and stored in the rest."""
+    if not (m.bare_word and isinstance(m.value, str)):
+        return m.source
+    word = m.value.upper()
+    having = [f.name for f in files if word in f.by_name]
+    if not having:
+        return None
+    lacking = [f.name for f in files if word not in f.by_name]
+    if lacking:
+        raise SemanticError(f"{where(m.pos)}{shorten(m.value)} is an attribute of file "
+                            f"{having[0]} but not of file {lacking[0]}: quote it to set the "
+                            "string, or update the files one at a time")
+    return word

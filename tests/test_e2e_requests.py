@@ -217,6 +217,29 @@ def test_an_integer_literal_compares_exactly_where_one_file_holds_integers(
                                                           {"Q": 7.0, "R": "rough"}]
 
 
+def test_a_bare_word_modifier_has_one_reading_over_every_file(census: Running) -> None:
+    """`<A = Word>` copies attribute WORD where there is one and sets the string Word
+    where there is none: over files of which only some have WORD it would do both in one
+    request, so it is refused, naming the files, and changes nothing; quoted, it sets the
+    string everywhere."""
+    c = census.client
+    c.define("files:\n  NOTED:\n    attributes: {MARK: string, NOTE: string}\n"
+             "  BARE:\n    attributes: {MARK: string}\n")
+    c.execute("[INSERT (<FILE, Noted>, <MARK, n>, <NOTE, kept>); INSERT (<FILE, Bare>, <MARK, b>)]")
+    with pytest.raises(ClientError) as err:
+        c.execute("UPDATE (MARK != zzz) <MARK = Note>")
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert "Note is an attribute of file NOTED but not of file BARE" in str(err.value)
+    [res] = c.execute("RETRIEVE (MARK != zzz) (MARK)")
+    assert sorted(r["MARK"] for r in res.records) == ["b", "n"]
+    c.execute("UPDATE (MARK != zzz) <MARK = 'Note'>")
+    [res] = c.execute("RETRIEVE (MARK = Note) (FILE)")
+    assert sorted(r["FILE"] for r in res.records) == ["BARE", "NOTED"]
+    c.execute("UPDATE (FILE = Noted) <MARK = Note>")         # one file: a copy
+    [res] = c.execute("RETRIEVE (FILE = Noted) (MARK)")
+    assert res.records == [{"MARK": "kept"}]
+
+
 def test_record_body_round_trips(census: Running) -> None:
     c = census.client
     c.execute("INSERT (<FILE, Census>, <CITY, Bodied>, <POP, 1>) {line one\nline \\} two}")
