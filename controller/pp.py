@@ -13,20 +13,22 @@ commit → acknowledge; anything else aborts the unit everywhere.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from controller.inbox import BackendFailure, Inbox
+from controller.inbox import BackendFailure, Inbox, Link
 from controller.reqp import Prepared
 from mbds import metrics
 from mbds.errors import TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
-from mbds.values import INT64_MAX, INT64_MIN, from_pb
+from mbds.values import INT64_MAX, INT64_MIN, describe, from_pb
 
 REPLY_BATCH_ROWS = 1000  # rows in each batch PP builds itself (aggregates, joins)
 FLUSH_BATCHES = 4        # row batches PP holds before it must pass them to the client
 WRITE_OPS = ("INSERT", "DELETE", "UPDATE")
+_JOINABLE = (str, int, float, type(None))    # what JSON gives for a stored value
 
 
 def _order(v: Any) -> tuple[bool, Any]:
@@ -41,6 +43,24 @@ class _Aggregates:
     def __init__(self, p: Prepared) -> None:
         self.p = p
         self.groups: dict[Any, list[list[Any]]] = {}
+
+    def fault(self, g: pb.PartialGroup) -> str:
+        """What makes a backend's partial group unfit to merge ("" if nothing): one sum,
+        count, min and max per aggregate item, a sum that is a finite number, no count
+        above the group's records, and a key only under BY."""
+        n = len(self.p.aggregates)
+        if not len(g.sums) == len(g.counts) == len(g.mins) == len(g.maxs) == n:
+            return (f"a partial group of {len(g.sums)} sums, {len(g.counts)} counts, "
+                    f"{len(g.mins)} mins and {len(g.maxs)} maxs for {n} aggregates")
+        if any(c > g.records for c in g.counts):
+            return f"a partial group counting more than its {g.records} records"
+        for v in g.sums:
+            kind = v.WhichOneof("v")
+            if kind == "s" or (kind == "f" and not math.isfinite(v.f)):
+                return f"a partial group whose sum is {describe(from_pb(v))}"
+        if not self.p.by and g.HasField("key") and g.key.WhichOneof("v") is not None:
+            return "a partial group with a BY key for a request without BY"
+        return ""
 
     def add(self, g: pb.PartialGroup) -> None:
         acc = self.groups.setdefault(from_pb(g.key), [[None, 0, None, None]
@@ -77,6 +97,32 @@ def _join(p: Prepared, left: list[list[Any]], right: list[list[Any]]) -> list[li
         if row[-1] is not None:
             index.setdefault(row[-1], []).append(row[:-1])
     return [lrow + r[:-1] for r in right if r[-1] is not None for lrow in index.get(r[-1], [])]
+
+
+def _side(p: Prepared, rows: pb.RowBatch) -> list[list[Any]]:
+    """A backend's rows of one side of a COMMON, checked: a list of rows as wide as that
+    side's targets and the join attribute, the join value last and a plain value (it is a
+    key of the join's index). Raises ValueError naming what does not fit."""
+    if rows.side not in (0, 1):
+        raise ValueError(f"rows of side {rows.side} of a COMMON")
+    width = (p.left_width if rows.side == 0 else len(p.columns) - p.left_width) + 1
+    try:
+        decoded = json.loads(rows.rows_json)
+    except ValueError as e:
+        raise ValueError(f"rows of side {rows.side} of a COMMON that are not JSON ({e})"
+                         ) from None
+    if not isinstance(decoded, list) or not all(
+            isinstance(r, list) and len(r) == width and isinstance(r[-1], _JOINABLE)
+            for r in decoded):
+        raise ValueError(f"rows of side {rows.side} of a COMMON that are not rows of "
+                         f"{width} values ending with the join value")
+    return decoded
+
+
+def _refused(link: Link, fault: str) -> BackendFailure:
+    return BackendFailure(link, TrafficUnitAborted(
+        f"traffic unit aborted: refused a reply from backend {link.name} ({link.address}): "
+        f"{fault}"))
 
 
 def _batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]:
@@ -141,12 +187,25 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                     continue
                 if kind == "rows":
                     if p.op == "RETRIEVE_COMMON":
-                        sides[msg.rows.side].extend(json.loads(msg.rows.rows_json))
+                        try:
+                            side = _side(p, msg.rows)
+                            sides[msg.rows.side].extend(side)
+                        except ValueError as e:
+                            raise _refused(link, str(e)) from None
+                    elif p.op != "RETRIEVE" or aggs is not None:
+                        raise _refused(link, f"rows for request {i}, a {p.op}" + (
+                            " with aggregates" if aggs is not None else ""))
                     else:
                         r = out.replies.add(request_index=i)
                         r.rows.rows_json, r.rows.count = msg.rows.rows_json, msg.rows.count
                         rows_held += 1
-                elif kind == "group" and aggs is not None:
+                elif kind == "group":
+                    if aggs is None:
+                        raise _refused(link, f"a partial group for request {i}, which has "
+                                             "no aggregates")
+                    fault = aggs.fault(msg.group)
+                    if fault:
+                        raise _refused(link, fault)
                     aggs.add(msg.group)
                 inbox.consumed_batch(link)
                 if metrics.internal_timing():   # PP's own work, not the client's

@@ -17,6 +17,7 @@ import grpc
 
 from mbds import tls
 from mbds.columns import load_requests
+from mbds.errors import shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import MAX_MESSAGE
@@ -284,8 +285,15 @@ def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:
             results.append(Result(reply.header.op, list(reply.header.columns)))
         elif kind == "rows":
             r = results[reply.request_index]
-            r.records.extend(dict(zip(r.columns, row, strict=True))
-                             for row in json.loads(reply.rows.rows_json))
+            try:
+                r.records.extend(dict(zip(r.columns, row, strict=True))
+                                 for row in json.loads(reply.rows.rows_json))
+            except (ValueError, TypeError) as e:
+                # A plain retrieve's rows come from a backend through the controller
+                # undecoded: this is where they are first read.
+                raise ClientError("INTERNAL", f"rows of request {reply.request_index} that "
+                                  f"are not JSON rows of its {len(r.columns)} columns: "
+                                  f"{shorten(str(e))}") from None
         elif kind == "done":    # a write's `done` comes after the commit: its acknowledgement
             results[reply.request_index].stats = stats_dict(reply.done.stats)
             results[reply.request_index].elapsed_ms = reply.done.elapsed_ms

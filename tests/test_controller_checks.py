@@ -18,7 +18,7 @@ import pytest
 
 from controller.coordinator import Coordinator
 from controller.inbox import WINDOW, BackendFailure, Inbox
-from mbds.client import collect
+from mbds.client import ClientError, collect
 from mbds.cluster import Proc
 from mbds.directory import Directory
 from mbds.entries import EntryCheck, EntryError
@@ -437,6 +437,105 @@ def test_a_backend_sending_past_its_credit_fails_its_unit(tmp_path: Path) -> Non
                     pass
             assert "refused a reply from backend b0" in str(err.value)
             assert "row batches or groups with credit for" in str(err.value)
+
+    run(scenario)
+
+
+def reshaped(change: Callable[[pb.BackendReply], None]
+             ) -> Callable[[list[pb.BackendReply]], list[pb.BackendReply]]:
+    """A doctor changing each group or row batch a backend sends."""
+    def doctor(replies: list[pb.BackendReply]) -> list[pb.BackendReply]:
+        for r in replies:
+            if r.HasField("group") or r.HasField("rows"):
+                change(r)
+        return replies
+    return doctor
+
+
+def one_sum_short(r: pb.BackendReply) -> None:
+    del r.group.sums[-1]
+
+
+def string_sum(r: pb.BackendReply) -> None:
+    r.group.sums[0].s = "lots"
+
+
+def rows_not_group(r: pb.BackendReply) -> None:
+    r.rows.CopyFrom(pb.RowBatch(rows_json=b"[[7]]", count=1))
+
+
+def side(n: int, rows_json: bytes | None = None) -> Callable[[pb.BackendReply], None]:
+    def change(r: pb.BackendReply) -> None:
+        r.rows.side = n
+        if rows_json is not None:
+            r.rows.rows_json = rows_json
+    return change
+
+
+JOINED = "RETRIEVE (FILE = Census) (CITY) COMMON (CITY, CITY) RETRIEVE (FILE = Census) (POP)"
+MISFITS = {
+    "a partial group of 0 sums, 1 counts, 1 mins and 1 maxs for 1 aggregates":
+        (COUNT, one_sum_short),
+    "a partial group counting more than its 2 records":
+        (COUNT, lambda r: r.group.counts.__setitem__(0, 3)),
+    "a partial group whose sum is string 'lots'": (COUNT, string_sum),
+    "a partial group whose sum is float inf":
+        (COUNT, lambda r: setattr(r.group.sums[0], "f", float("inf"))),
+    "a partial group with a BY key for a request without BY":
+        (COUNT, lambda r: setattr(r.group.key, "s", "k")),
+    "rows for request 0, a RETRIEVE with aggregates": (COUNT, rows_not_group),
+    "a partial group for request 0, which has no aggregates":
+        (CITIES, lambda r: r.group.CopyFrom(pb.PartialGroup(records=1))),
+    "rows of side 2 of a COMMON": (JOINED, side(2)),
+    "rows of side 0 of a COMMON that are not rows of 2 values ending with the join value":
+        (JOINED, side(0, b'[["a"]]')),
+    "rows of side 1 of a COMMON that are not rows of 2 values ending with the join value":
+        (JOINED, side(1, b'[[1, ["a"]]]')),
+    "rows of side 0 of a COMMON that are not JSON (Expecting value: line 1 column 2 "
+    "(char 1))": (JOINED, side(0, b"[")),
+}
+
+
+@pytest.mark.parametrize("fault", list(MISFITS))
+def test_results_that_do_not_fit_their_request_fail_the_unit_naming_the_backend(
+        tmp_path: Path, fault: str) -> None:
+    """PP merges a backend's groups and a COMMON's rows only when they fit the request:
+    a group of the wrong shape or a sum that is no number, rows where groups are due, a
+    COMMON's rows of another width fail the unit, naming the backend and the misfit,
+    instead of an internal error or a wrong answer."""
+    text, change = MISFITS[fault]
+
+    async def scenario(procs: list[Proc]) -> None:
+        async with tapped(tmp_path, procs) as (tap, address), controller([address]) as c:
+            await with_census(c)
+            tap.replies = reshaped(change)
+            with pytest.raises(TrafficUnitAborted) as err:
+                await answer(c, text)
+            assert str(err.value) == (f"traffic unit aborted: refused a reply from backend "
+                                      f"b0 ({c.links[0].address}): {fault}")
+            tap.replies = list
+            [res] = await answer(c, COUNT)           # the next unit is answered as ever
+            assert res.records == [{"COUNT(CITY)": 2}]
+
+    run(scenario)
+
+
+def test_a_plain_retrieves_rows_that_do_not_fit_are_refused_where_they_are_read(
+        tmp_path: Path) -> None:
+    """PP passes a plain retrieve's row batches on undecoded: the client, which reads
+    them, refuses rows of another width or not JSON with a clear error, not a ValueError
+    from deep inside."""
+    async def scenario(procs: list[Proc]) -> None:
+        async with tapped(tmp_path, procs) as (tap, address), controller([address]) as c:
+            await with_census(c)
+            for rows_json, why in ((b'[["a", 1]]', "zip() argument 2 is longer"),
+                                   (b"[[", "Expecting value")):
+                tap.replies = reshaped(side(0, rows_json))
+                with pytest.raises(ClientError) as err:
+                    await answer(c, CITIES)
+                assert err.value.code == "INTERNAL"
+                assert str(err.value).startswith(
+                    "rows of request 0 that are not JSON rows of its 1 columns: " + why)
 
     run(scenario)
 
