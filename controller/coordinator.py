@@ -1,33 +1,28 @@
-"""The controller's core: REQP → IIG → bus → PP for each traffic unit, and membership.
+"""The controller's sequencing: REQP → IIG → bus → PP for each traffic unit.
 
-The controller's only file is its decision log (`decisions.py`). At start it
-resolves every backend's in-doubt units, reads every backend's directory, takes
-their union as the authoritative one (ids only ever come from IIG, so copies can
-only lag, never disagree) and brings any lagging backend up to date. Placement
-state is rebuilt from the backends' per-cluster record counts.
+A client's request is checked (REQP), its inserts placed (IIG), the unit put on the bus
+with every directory entry IIG allocated that no unit has carried yet, and answered
+(PP). Units run between changes of the set of backends (`membership.py`); one whose
+client stops reading is aborted after the stalled-reader bound.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-
-import grpc
 
 from controller import definitions, load, pp
 from controller.bus import BackendLink, Bus, Inbox
 from controller.decisions import Decisions
 from controller.describe import describe
 from controller.iig import Defined, Iig
+from controller.membership import Membership
 from controller.reqp import Prepared, Reqp, same_unit
 from mbds import doors, metrics
 from mbds.directory import Directory, changes
-from mbds.entries import EntryCheck, EntryError
-from mbds.errors import BackendUnavailable, PermissionDenied, shorten
+from mbds.errors import PermissionDenied
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
 from mbds.values import Value
@@ -42,12 +37,10 @@ log = logging.getLogger("mbds.controller")
 STALLED_READER = 5.0
 
 
-def natural_key(name: str) -> list[object]:
-    """b2 before b10."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
 class Coordinator:
+    """Each traffic unit from REQP through IIG and the bus to PP, over the backends
+    that `Membership` admits."""
+
     def __init__(self, addresses: list[str], *, iig_address: str = "",
                  internal_timing: bool = True, timeout: float = 60.0,
                  connect_timeout: float = 10.0, metrics_url: str = "",
@@ -64,162 +57,42 @@ class Coordinator:
         self.directory = Directory()
         self.iig = Iig(self.directory)
         self.reqp = Reqp(self.directory)
+        self.membership = Membership(self.bus, self.directory, self.iig, self.decisions,
+                                     timeout=timeout, connect_timeout=connect_timeout)
         self.internal_timing = internal_timing
         self.timeout = timeout
         self.stalled_reader = stalled_reader
-        self.connect_timeout = connect_timeout
-        self._connecting = asyncio.Lock()
         self._defining = asyncio.Lock()
         # Directory entries IIG allocated that no traffic unit has carried yet.
         self.unsent = pb.DirectoryUpdate()
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._open = asyncio.Event()       # cleared while the set of backends changes
-        self._open.set()
 
     @property
     def links(self) -> list[BackendLink]:
         """The backends, in bus order."""
-        return self.bus.links
+        return self.membership.links
 
-    # ------------------------------------------------------------ joining --
+    # --------------------------------------------- membership (membership.py) --
     async def start(self) -> None:
         """Meet every backend, reconcile directories, rebuild placement, open the buses."""
-        await self._join(self.links)
-
-    async def _join(self, links: list[BackendLink]) -> None:
-        """Admit backends: read their directories and placement counts, order the set
-        by name, bring every directory up to date, and (re)open every bus."""
-        replies = await asyncio.gather(*(self._directory_of(link) for link in links))
-        if len({r.name for r in replies}) != len(replies):
-            raise BackendUnavailable(f"two backends share a name: "
-                                     f"{sorted(r.name for r in replies)}")
-        # Every directory is checked before any is applied: `Directory.apply` trusts it.
-        joining = EntryCheck(self.directory)
-        for link, reply in zip(links, replies, strict=True):
-            try:
-                if reply.name != link.name:
-                    raise EntryError(f"it names backend {shorten(repr(reply.name))}")
-                joining.check(reply.directory)
-            except EntryError as e:
-                raise BackendUnavailable(f"backend {link.name} ({link.address}): its "
-                                         f"directory is refused: {e}") from None
-        for reply in replies:
-            # A known backend at a new address (a re-created container): same data,
-            # same identity; the new link replaces the old one.
-            old = next((x for x in self.links if x.name == reply.name and x not in links),
-                       None)
-            if old is not None:
-                self.links.remove(old)
-                await old.close()
-        for reply in replies:
-            self.directory.apply(reply.directory)
-            for c in reply.counts:
-                per = self.iig.counts.setdefault(c.cluster_id, {})
-                per[reply.name] = c.records
-            self.iig.totals[reply.name] = sum(c.records for c in reply.counts)
-        self.iig.resync()
-        self.bus.arrange(sorted({*self.links, *links}, key=lambda x: natural_key(x.name)))
-        for link in self.links:
-            digest = next((r.directory_digest for r in replies if r.name == link.name), None)
-            if digest is None:
-                digest = (await self._hello(link, self.connect_timeout)).directory_digest
-            await self._sync(link, digest)
-            self.bus.open(link)
+        await self.membership.start()
 
     async def add_backends(self, addresses: list[str]) -> None:
         """A backend joined (e.g. `--scale backend=4`): admit it between traffic units."""
-        new = [BackendLink(a) for a in addresses
-               if a not in {x.address for x in self.links}]
-        if not new:
-            return
-        async with self._membership():
-            try:
-                await self._join(new)
-            except BaseException:
-                for link in new:        # refused before it was admitted: tried again anew
-                    if link not in self.links:
-                        await link.close()
-                raise
-        log.info("controller joined %d backends: %s", len(self.links),
-                 ", ".join(f"{x.name}@{x.address}" for x in self.links))
-
-    async def _directory_of(self, link: BackendLink) -> pb.DirectoryReply:
-        await self._hello(link, self.connect_timeout)
-        return await link.directory(self.timeout)
-
-    async def _hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
-        """Hello, and the backend's in-doubt units resolved before it serves anything."""
-        reply = await link.hello(timeout)
-        units = [(u.epoch, u.seq) for u in reply.in_doubt]
-        self.decisions.settled(reply.name, set(units))
-        if not units:
-            return reply
-        outcomes = [pb.Outcome(unit=pb.UnitId(epoch=e, seq=s),
-                               commit=await self.decisions.outcome((e, s))) for e, s in units]
-        try:
-            reply = await link.stub.Resolve(pb.Outcomes(outcomes=outcomes), timeout=self.timeout)
-        except grpc.aio.AioRpcError as e:
-            raise link.unavailable(f"resolving its in-doubt units: {e.details()}") from None
-        for o in outcomes:
-            metrics.IN_DOUBT_RESOLVED.labels("commit" if o.commit else "abort", link.name).inc()
-            if o.commit:
-                self.decisions.forgotten((o.unit.epoch, o.unit.seq), link.name)
-        log.info("backend %s: %d in-doubt units resolved (%d committed)", link.name,
-                 len(outcomes), sum(o.commit for o in outcomes))
-        if reply.in_doubt:
-            raise link.unavailable(f"{len(reply.in_doubt)} units still in doubt")
-        return reply
-
-    async def _sync(self, link: BackendLink, digest: str) -> None:
-        if digest != self.directory.digest():
-            await link.apply_directory(self.directory.to_update(), self.timeout)
+        await self.membership.add_backends(addresses)
 
     async def ensure_up(self) -> None:
         """Reconnect any backend whose bus broke; refuse work while one is unreachable."""
-        if all(link.up for link in self.links):
-            return
-        async with self._connecting:
-            for link in self.links:
-                if link.up:
-                    continue
-                reply = await self._hello(link, min(2.0, self.connect_timeout))
-                await self._sync(link, reply.directory_digest)
-                self.bus.open(link)
-                log.info("backend %s rejoined", link.name)
-
-    @contextlib.asynccontextmanager
-    async def _membership(self) -> AsyncIterator[None]:
-        """Hold new traffic units and wait for running ones: the bus is reconfigured."""
-        self._open.clear()
-        try:
-            await self._idle.wait()
-            yield
-        finally:
-            self._open.set()
+        await self.membership.ensure_up()
 
     # ------------------------------------------------------- traffic units --
-    async def _enter(self) -> None:
-        """One more traffic unit in flight (`_leave` when it is over): held while the set
-        of backends changes."""
-        await self._open.wait()
-        self._inflight += 1
-        self._idle.clear()
-
-    def _leave(self) -> None:
-        self._inflight -= 1
-        if self._inflight == 0:
-            self._idle.set()
-
     async def run(self, prepared: list[Prepared], transaction: bool,
                   update: pb.DirectoryUpdate | None = None,
                   timeout: float | None = None) -> AsyncIterator[pb.ExecuteReplies]:
         """One traffic unit: IIG places the inserts, the bus carries the unit (with every
         directory entry not yet sent), PP answers; one generator, not a stack of them."""
-        await self._enter()
+        await self.membership.enter()
         try:
-            await self.ensure_up()
+            await self.membership.ensure_up()
             if update is not None:
                 self.unsent.MergeFrom(update)
             names = [x.name for x in self.links]
@@ -238,7 +111,7 @@ class Coordinator:
                 self.iig.unplace(names, units)
                 raise
         finally:
-            self._leave()
+            self.membership.leave()
 
     def _broadcast(self, prepared: list[Prepared], transaction: bool, names: list[str],
                    timeout: float) -> tuple[Inbox, dict[int, pb.TrafficUnit], list[int]]:
@@ -327,19 +200,19 @@ class Coordinator:
     async def define(self, text: str) -> Defined:
         schemas = parse_definition(text)
         async with self._defining:       # one at a time: IIG sees only adopted files
-            await self.ensure_up()
+            await self.membership.ensure_up()
             before = {s.name: self.directory.files.get(s.name) for s in schemas}
             out = self.iig.define(schemas)
             changed = {name: before[name] for name in (*out.created, *out.reindexed)}
             if changed:
                 # Adopted only once every backend has stored it (definitions.py).
                 self.directory.restore_files(changed)
-                await self._enter()
+                await self.membership.enter()
                 try:
                     await definitions.define_everywhere(self.bus, self.directory,
                                                         out.update, self.timeout)
                 finally:
-                    self._leave()
+                    self.membership.leave()
         return out
 
     async def place(self, file: str, values: list[Value], asker: str = "") -> pb.PlaceReply:

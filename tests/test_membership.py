@@ -11,7 +11,8 @@ from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
-from controller.coordinator import Coordinator, natural_key
+from controller.coordinator import Coordinator
+from controller.membership import natural_key
 from mbds.client import collect
 from mbds.cluster import Proc
 from tests.conftest import CENSUS_YAML
@@ -98,9 +99,9 @@ def test_scale_up_admits_a_backend(tmp_path: Path) -> None:
         # when admission starts are answered by the three, queries made while it holds
         # new traffic units wait for it and are answered by all four.
         early = [asyncio.create_task(_execute(c, COUNT)) for _ in range(3)]
-        await _until(lambda: c._inflight == len(early), "early queries on the bus")
+        await _until(lambda: c.membership._inflight == len(early), "early queries on the bus")
         admit = asyncio.create_task(c.add_backends([new]))
-        await _until(lambda: not c._open.is_set(), "admission holding new units")
+        await _until(lambda: not c.membership._open.is_set(), "admission holding new units")
         held = [asyncio.create_task(_execute(c, COUNT)) for _ in range(3)]
         async with asyncio.timeout(60):
             await admit

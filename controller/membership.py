@@ -1,0 +1,189 @@
+"""Membership: which backends the controller works with, and how each joins.
+
+The controller's only file is its decision log (`decisions.py`). At start it
+resolves every backend's in-doubt units, reads every backend's directory, takes
+their union as the authoritative one (ids only ever come from IIG, so copies can
+only lag, never disagree) and brings any lagging backend up to date. Placement
+state is rebuilt from the backends' per-cluster record counts. A backend that
+joins later, or rejoins after its bus broke, is met the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator
+
+import grpc
+
+from controller.bus import BackendLink, Bus
+from controller.decisions import Decisions
+from controller.iig import Iig
+from mbds import metrics
+from mbds.directory import Directory
+from mbds.entries import EntryCheck, EntryError
+from mbds.errors import BackendUnavailable, shorten
+from mbds.proto import mbds_pb2 as pb
+
+log = logging.getLogger("mbds.controller")
+
+
+def natural_key(name: str) -> list[object]:
+    """b2 before b10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+class Membership:
+    """The set of backends in bus order, changed only between traffic units: each unit
+    is counted in (`enter`) and out (`leave`), and a change waits until none runs."""
+
+    def __init__(self, bus: Bus, directory: Directory, iig: Iig, decisions: Decisions, *,
+                 timeout: float, connect_timeout: float) -> None:
+        self.bus = bus
+        self.directory = directory
+        self.iig = iig
+        self.decisions = decisions
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._connecting = asyncio.Lock()
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._open = asyncio.Event()       # cleared while the set of backends changes
+        self._open.set()
+
+    @property
+    def links(self) -> list[BackendLink]:
+        """The backends, in bus order."""
+        return self.bus.links
+
+    # ------------------------------------------------------------ joining --
+    async def start(self) -> None:
+        """Meet every backend, reconcile directories, rebuild placement, open the buses."""
+        await self._join(self.links)
+
+    async def _join(self, links: list[BackendLink]) -> None:
+        """Admit backends: read their directories and placement counts, order the set
+        by name, bring every directory up to date, and (re)open every bus."""
+        replies = await asyncio.gather(*(self._directory_of(link) for link in links))
+        if len({r.name for r in replies}) != len(replies):
+            raise BackendUnavailable(f"two backends share a name: "
+                                     f"{sorted(r.name for r in replies)}")
+        # Every directory is checked before any is applied: `Directory.apply` trusts it.
+        joining = EntryCheck(self.directory)
+        for link, reply in zip(links, replies, strict=True):
+            try:
+                if reply.name != link.name:
+                    raise EntryError(f"it names backend {shorten(repr(reply.name))}")
+                joining.check(reply.directory)
+            except EntryError as e:
+                raise BackendUnavailable(f"backend {link.name} ({link.address}): its "
+                                         f"directory is refused: {e}") from None
+        for reply in replies:
+            # A known backend at a new address (a re-created container): same data,
+            # same identity; the new link replaces the old one.
+            old = next((x for x in self.links if x.name == reply.name and x not in links),
+                       None)
+            if old is not None:
+                self.links.remove(old)
+                await old.close()
+        for reply in replies:
+            self.directory.apply(reply.directory)
+            for c in reply.counts:
+                per = self.iig.counts.setdefault(c.cluster_id, {})
+                per[reply.name] = c.records
+            self.iig.totals[reply.name] = sum(c.records for c in reply.counts)
+        self.iig.resync()
+        self.bus.arrange(sorted({*self.links, *links}, key=lambda x: natural_key(x.name)))
+        for link in self.links:
+            digest = next((r.directory_digest for r in replies if r.name == link.name), None)
+            if digest is None:
+                digest = (await self._hello(link, self.connect_timeout)).directory_digest
+            await self._sync(link, digest)
+            self.bus.open(link)
+
+    async def add_backends(self, addresses: list[str]) -> None:
+        """A backend joined (e.g. `--scale backend=4`): admit it between traffic units."""
+        new = [BackendLink(a) for a in addresses
+               if a not in {x.address for x in self.links}]
+        if not new:
+            return
+        async with self._between_units():
+            try:
+                await self._join(new)
+            except BaseException:
+                for link in new:        # refused before it was admitted: tried again anew
+                    if link not in self.links:
+                        await link.close()
+                raise
+        log.info("controller joined %d backends: %s", len(self.links),
+                 ", ".join(f"{x.name}@{x.address}" for x in self.links))
+
+    async def _directory_of(self, link: BackendLink) -> pb.DirectoryReply:
+        await self._hello(link, self.connect_timeout)
+        return await link.directory(self.timeout)
+
+    async def _hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
+        """Hello, and the backend's in-doubt units resolved before it serves anything."""
+        reply = await link.hello(timeout)
+        units = [(u.epoch, u.seq) for u in reply.in_doubt]
+        self.decisions.settled(reply.name, set(units))
+        if not units:
+            return reply
+        outcomes = [pb.Outcome(unit=pb.UnitId(epoch=e, seq=s),
+                               commit=await self.decisions.outcome((e, s))) for e, s in units]
+        try:
+            reply = await link.stub.Resolve(pb.Outcomes(outcomes=outcomes), timeout=self.timeout)
+        except grpc.aio.AioRpcError as e:
+            raise link.unavailable(f"resolving its in-doubt units: {e.details()}") from None
+        for o in outcomes:
+            metrics.IN_DOUBT_RESOLVED.labels("commit" if o.commit else "abort", link.name).inc()
+            if o.commit:
+                self.decisions.forgotten((o.unit.epoch, o.unit.seq), link.name)
+        log.info("backend %s: %d in-doubt units resolved (%d committed)", link.name,
+                 len(outcomes), sum(o.commit for o in outcomes))
+        if reply.in_doubt:
+            raise link.unavailable(f"{len(reply.in_doubt)} units still in doubt")
+        return reply
+
+    async def _sync(self, link: BackendLink, digest: str) -> None:
+        if digest != self.directory.digest():
+            await link.apply_directory(self.directory.to_update(), self.timeout)
+
+    async def ensure_up(self) -> None:
+        """Reconnect any backend whose bus broke; refuse work while one is unreachable."""
+        if all(link.up for link in self.links):
+            return
+        async with self._connecting:
+            for link in self.links:
+                if link.up:
+                    continue
+                reply = await self._hello(link, min(2.0, self.connect_timeout))
+                await self._sync(link, reply.directory_digest)
+                self.bus.open(link)
+                log.info("backend %s rejoined", link.name)
+
+    # ------------------------------------------------------- traffic units --
+    @contextlib.asynccontextmanager
+    async def _between_units(self) -> AsyncIterator[None]:
+        """Hold new traffic units and wait for running ones: the bus is reconfigured."""
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._open.set()
+
+    async def enter(self) -> None:
+        """One more traffic unit in flight (`leave` when it is over): held while the set
+        of backends changes."""
+        await self._open.wait()
+        self._inflight += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
