@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -47,7 +48,17 @@ class Iig:
         self.counts: dict[int, dict[str, int]] = {}
         self.totals: dict[str, int] = {}           # backend name -> records there
 
+    def count_backend(self, name: str, counts: Iterable[pb.ClusterCount]) -> None:
+        """Placement state of a backend that joins: its records per cluster, as it
+        reports them."""
+        total = 0
+        for c in counts:
+            self.counts.setdefault(c.cluster_id, {})[name] = c.records
+            total += c.records
+        self.totals[name] = total
+
     def resync(self) -> None:
+        """Id allocation past every id of the directory (after a backend's was merged)."""
         self.next_descriptor = max(self.next_descriptor, self.directory.max_descriptor_id + 1)
         self.next_cluster = max(self.next_cluster, self.directory.max_cluster_id + 1)
 

@@ -91,10 +91,7 @@ class Membership:
                 await old.close()
         for reply in replies:
             self.directory.apply(reply.directory)
-            for c in reply.counts:
-                per = self.iig.counts.setdefault(c.cluster_id, {})
-                per[reply.name] = c.records
-            self.iig.totals[reply.name] = sum(c.records for c in reply.counts)
+            self.iig.count_backend(reply.name, reply.counts)
         self.iig.resync()
         self.bus.arrange(sorted({*self.links, *links}, key=lambda x: natural_key(x.name)))
         for link in self.links:
