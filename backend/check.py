@@ -86,7 +86,7 @@ def _retrieval(directory: Directory, r: pb.Retrieval, files: set[str]) -> None:
                 raise BadMessage(f"no file of the query has attribute {_short(p.attr)}")
             for s in owners:
                 _comparable(s.by_name[p.attr], from_pb(p.value), "predicate")
-    # Target names reach SQL only if the file has them (recp._select_list): no check.
+    # Target names reach SQL only if the file has them (recp_read._select_list): no check.
     for t in r.targets:
         if t.agg not in AGGREGATES:
             raise BadMessage(f"unknown aggregate {_short(t.agg)}")

@@ -3,8 +3,8 @@
 A read-only traffic unit runs on the event loop, one row batch per step; a writing
 one runs in the single writer thread (`writer.py`), where a two-phase unit is
 *prepared*: written with its undo log (`undo.py`), to be kept or undone on PP's
-decision. The node (node.py) owns the stages before this, the order in which
-writers enter the writer thread, and the decision.
+decision. The node (node.py) owns the stages before this; `twophase.py` the order
+in which writers enter the writer thread, and the decision.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from backend import check, dm, load, recp
+from backend import check, dm, load, recp_read, recp_write
 from backend.links import IigClient
 from backend.plan import RequestPlan
 from backend.state import Cancelled, Timer, TuState
@@ -36,7 +36,7 @@ def _records(msg: pb.BackendReply) -> int:
 
 def _full(msg: pb.BackendReply) -> bool:
     """A row batch cut at its size bound: the scan it came from is probably not over."""
-    return msg.HasField("rows") and recp.batch_full(msg.rows.count, len(msg.rows.rows_json))
+    return msg.HasField("rows") and recp_read.batch_full(msg.rows.count, len(msg.rows.rows_json))
 
 
 class Execution:
@@ -127,7 +127,7 @@ class Execution:
             for i, rp in enumerate(plans):
                 t0, n = time.perf_counter(), 0
                 with self._h("recp.process"):
-                    batches = recp.read(conn, i, rp)
+                    batches = recp_read.read(conn, i, rp)
                     msg = next(batches, None)
                     while msg is not None:
                         n += _records(msg)
@@ -171,7 +171,7 @@ class Execution:
                     n = self._write(conn, rp, log)
                 else:
                     n = 0
-                    for msg in recp.read(conn, i, rp):
+                    for msg in recp_read.read(conn, i, rp):
                         n += _records(msg)
                         self._emit(st, msg)
             moved = moved or rp.request.moves_records
@@ -197,15 +197,15 @@ class Execution:
                 return load.insert(conn, self.directory.files[req.file], req.columns, log)
             if not req.records:
                 return 0
-            return recp.insert(conn, self.directory.files[req.file], list(req.records), log)
+            return recp_write.insert(conn, self.directory.files[req.file], list(req.records), log)
         if req.op == pb.DELETE:
-            return sum(recp.delete(conn, fp, log) for fp in rp.files)
+            return sum(recp_write.delete(conn, fp, log) for fp in rp.files)
         # Records move only in a file where the attribute is a directory attribute: one
         # UPDATE may reach files where it is and files where it is not.
-        return sum(recp.update_moving(conn, fp, req.modifier,
-                                      lambda f, v: self._cluster_of(conn, f, v), log)
+        return sum(recp_write.update_moving(conn, fp, req.modifier,
+                                            lambda f, v: self._cluster_of(conn, f, v), log)
                    if req.modifier.attr in fp.schema.directory_attributes
-                   else recp.update(conn, fp, req.modifier, log) for fp in rp.files)
+                   else recp_write.update(conn, fp, req.modifier, log) for fp in rp.files)
 
     def _cluster_of(self, conn: sqlite3.Connection, file: str, values: list[Value]) -> int:
         """The cluster of a moved record; asks IIG when the combination is new here."""

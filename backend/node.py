@@ -8,9 +8,10 @@ did-group locks, generate addresses, and queue the whole CC lock set. Queuing
 in bus order on every backend is what makes CC's outcome serializable.
 Execution (concurrent): when its lock set is granted, the unit's requests run
 (`execution.py`): a read on the event loop, a write in the single writer thread
-(`writer.py`). A two-phase write is prepared durably (`undo.py`) and votes; it keeps
-its locks until PP's decision, however long that takes (the controller may have to
-restart first), and is then forgotten (commit) or undone (abort).
+(`writer.py`), which writers enter in bus order (`twophase.py`). A two-phase write is
+prepared durably and votes; it keeps its locks until PP's decision, however long that
+takes, and is then forgotten (commit) or undone (abort). The node sends each unit's
+last reply and releases its locks.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from backend import check
 from backend.cc import LockTable, S, X
-from backend.commit import PreparedUnits, settle
+from backend.commit import PreparedUnits
 from backend.definitions import Definitions, defines
 from backend.exchange import IdExchange, wake
 from backend.execution import Execution
@@ -34,8 +34,9 @@ from backend.plan import RequestPlan
 from backend.plancache import PlanCache
 from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
 from backend.store import Store
+from backend.twophase import TwoPhaseWrites
 from backend.writer import Writer
-from mbds import faults, metrics
+from mbds import metrics
 from mbds.directory import Directory, changes
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
@@ -76,10 +77,6 @@ class BackendNode:
         self.stage2: Mailbox[tuple[tuple[str, int], TuState]] = Mailbox()
         self.exchange = IdExchange(peers, result_timeout, self.plans)
         self.iig = iig
-        # Writing traffic units enter the writer thread in bus order, so no two backends
-        # ever hold their writers for different units that each wait on the other.
-        self.write_order: deque[tuple[str, int]] = deque()
-        self.write_turn = asyncio.Condition()
         self.definitions = Definitions(store, self.writer, self.directory)
         self.result_timeout = result_timeout
         self.loop = asyncio.get_running_loop()
@@ -88,6 +85,8 @@ class BackendNode:
                             for kind in ("attribute", "directory", "did_group", "cluster")}
         self.execution = Execution(name, store, self.directory, self.loop, iig, self._h,
                                    result_timeout=result_timeout)
+        self.twophase = TwoPhaseWrites(name, self.writer, self.prepared, self.execution,
+                                       self.loop)
         self._stage2_task = asyncio.create_task(self._stage2_loop())
         self.metrics_port = 0
 
@@ -296,7 +295,7 @@ class BackendNode:
         with self._h("cc.cluster_lock"):
             lock = self.cc.request(key, locks)    # queued in bus order
         if any(p.writes for p in plans):
-            self.write_order.append(key)
+            self.twophase.join(key)
         st.task = asyncio.create_task(self._execute(key, st, plans, lock))
         st.task.add_done_callback(lambda task: self._never_ran(task, key, st, lock))
 
@@ -307,8 +306,8 @@ class BackendNode:
         if not task.cancelled():
             return
         self._release(st, lock)
-        if key in self.write_order:
-            asyncio.create_task(self._next_writer(key))
+        if key in self.twophase:
+            asyncio.create_task(self.twophase.leave(key))
         self._send(st, pb.BackendReply(error=self._aborted(st)))
         self._forget(st)
 
@@ -324,13 +323,19 @@ class BackendNode:
                 await self.definitions.run(key, st, self._send)
                 await self._finish(st, committed=True)     # kept: PP may answer
             elif writes:
-                await self._write(key, st, plans, queued, lock)
+                if await self.twophase.run(key, st, plans, queued, send=self._send,
+                                           cancel=self._cancel,
+                                           release=lambda: self._release(st, lock)):
+                    self._send(st, pb.BackendReply(forgotten=True))   # PP's commit carried out
+                    self._forget(st)
+                else:                      # one-phase, or nothing written here
+                    await self._finish(st, committed=True)
             else:
                 await self.execution.run_reads(st, plans, queued)
                 await self._finish(st, committed=True)
         except (Cancelled, asyncio.CancelledError):
-            if key in self.write_order:
-                await self._next_writer(key)
+            if key in self.twophase:
+                await self.twophase.leave(key)
             await self._finish(st, error=self._aborted(st))
         except Exception as e:  # any RECP failure rolls back and is reported
             log.warning("traffic unit %s failed: %s", key, e)
@@ -343,58 +348,6 @@ class BackendNode:
             st.released = True
             with self._h("cc.cluster_release"):
                 self.cc.release(lock)
-
-    async def _write(self, key: tuple[str, int], st: TuState, plans: list[RequestPlan],
-                     queued: float, lock: tuple[Hashable, int]) -> None:
-        """Writes in bus order through the writer; a two-phase unit that wrote here is
-        prepared, votes, and waits for PP's decision with its locks held."""
-        async with self.write_turn:
-            await self.write_turn.wait_for(lambda: self.write_order[0] == key)
-        st.writing = True
-        try:
-            job = self.writer.submit(
-                lambda conn: self.execution.run_writes(st, plans, queued, conn))
-        finally:
-            await self._next_writer(key)   # the next unit may join the same group
-        unit = await settle(job)
-        if unit is None:                   # one-phase, or nothing written here
-            await self._finish(st, committed=True)
-            return
-        st.decision = self.loop.create_future()
-        self.prepared.waiting[key] = st
-        # Once the vote is sent only PP decides; a stop (cancellation) meanwhile leaves
-        # the unit prepared on disk, for the controller to resolve at the next start.
-        voted = False
-        try:
-            if not st.cancelled:           # else: aborted while it was being written
-                faults.hit("backend.before_vote")
-                self._send(st, pb.BackendReply(prepared=True))
-                voted = True
-                faults.hit("backend.after_vote")
-        except Exception as e:
-            if not voted:
-                self._cancel(st, f"backend {self.name}: {e}")
-            log.warning("traffic unit %s: %s", key, e)
-        if st.cancelled and not st.decision.done():
-            st.decision.set_result(False)
-        commit = await st.decision
-        if commit:
-            self._release(st, lock)             # the writes are final: readers may come
-            faults.hit("backend.before_commit")
-        await self.prepared.carry_out(unit, commit)
-        del self.prepared.waiting[key]
-        if commit:
-            faults.hit("backend.after_commit")
-            self._send(st, pb.BackendReply(forgotten=True))
-            self._forget(st)
-        else:
-            raise Cancelled(st.cancelled or "PP decided to abort")
-
-    async def _next_writer(self, key: tuple[str, int]) -> None:
-        async with self.write_turn:
-            if key in self.write_order:
-                self.write_order.remove(key)
-            self.write_turn.notify_all()
 
     def _aborted(self, st: TuState) -> str:
         return f"backend {self.name}: traffic unit aborted: {st.cancelled or 'cancelled'}"

@@ -1,8 +1,9 @@
 """What DM produces: descriptor search's results and, from address generation, the
 request plans RECP reads.
 
-DM (`dm.plan_requests`) builds one `RequestPlan` per request; RECP (`recp.py`) runs
-its `FilePlan`s against this backend's records. Neither imports the other.
+DM (`dm.plan_requests`) builds one `RequestPlan` per request; RECP (`recp_read.py`,
+`recp_write.py`) runs its `FilePlan`s against this backend's records. Neither imports
+the other.
 """
 
 from __future__ import annotations

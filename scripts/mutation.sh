@@ -32,8 +32,9 @@ ABDL_PARSER_TESTS="tests/test_abdl_parser.py tests/test_abdl_errors.py"
 ABDL_LEXER_TESTS="$ABDL_PARSER_TESTS tests/test_abdl_properties.py \
 ${D}mutated_requests_only_raise_syntax_errors ${D}token_soup_only_raises_syntax_errors"
 
-# name | file mutated | mutant names run (mutmut globs; a file's other functions are out
-# of scope) | tests and pytest options (tests/test_mutants_<name>.py added if present)
+# name | files mutated (a mutmut glob) | mutant names run (mutmut globs; a file's other
+# functions are out of scope) | tests and pytest options (tests/test_mutants_<name>.py
+# added if present)
 MODULES=(
   "cc|backend/cc.py|backend.cc.*|tests/test_cc.py"
   "dm|backend/dm.py|backend.dm.*|tests/test_cc.py"
@@ -41,10 +42,11 @@ MODULES=(
   "iig|controller/iig.py|controller.iig.*|tests/test_directory.py"
   "pp|controller/pp.py|controller.pp.xǁ_Aggregatesǁ* controller.pp.x__join__* \
 controller.pp.x__batches__*|"
-  "recp|backend/recp.py|backend.recp.x__condition__* backend.recp.x__where__* \
-backend.recp.x__select_list__* backend.recp.x__modifier_sql__* \
-backend.recp.x_aggregate_groups__* backend.recp.x_delete__* backend.recp.x_update__* \
-backend.recp.x_update_moving__* backend.recp.x_insert__*|tests/test_recp.py"
+  "recp|backend/recp_*.py|backend.recp_sql.x_condition__* backend.recp_sql.x_where__* \
+backend.recp_read.x__select_list__* backend.recp_read.x_aggregate_groups__* \
+backend.recp_write.x__modifier_sql__* backend.recp_write.x_delete__* \
+backend.recp_write.x_update__* backend.recp_write.x_update_moving__* \
+backend.recp_write.x_insert__*|tests/test_recp.py"
   "plancache|backend/plancache.py|backend.plancache.*|tests/test_plan_cache.py \
 --deselect tests/test_plan_cache.py::test_repeated_requests_see_every_new_cluster_through_the_real_system"
   "exchange|backend/exchange.py|backend.exchange.*|tests/test_stages.py tests/test_exchange.py"

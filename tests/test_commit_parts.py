@@ -254,12 +254,12 @@ def test_a_unit_cancelled_before_its_task_ran_leaves_no_lock_behind(tmp_path: Pa
         await node.on_traffic_unit(tu, bus)
         key, st = node.stage2.items.popleft()
         await node._stage2(key, st)
-        assert list(node.write_order) == [key] and node.cc.holders()
+        assert list(node.twophase.write_order) == [key] and node.cc.holders()
         node.on_bus_closed(bus)              # before the unit's task has run at all
         for _ in range(5):
             await asyncio.sleep(0)
         assert st.task is not None and st.task.cancelled()
-        assert node.cc.holders() == {} and not node.write_order and key not in node.tus
+        assert node.cc.holders() == {} and not node.twophase.write_order and key not in node.tus
         replies = list(bus.queue.items)
         assert [r.WhichOneof("body") for r in replies if r is not None] == ["error"]
         node.writer.shutdown()

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from backend import recp
+from backend import recp_read
 from backend.plan import FilePlan
 from loadgen import fixed_cost
 from loadgen import paper_db as P
@@ -228,13 +228,13 @@ def test_statement_texts_follow_a_redefined_file() -> None:
     """A redefinition replaces the file's schema: its statements are built anew, never
     taken from the old schema's (an attribute it dropped reads as NULL)."""
     old, new = _schema("A", "B"), _schema("A")
-    assert recp._select_list(FilePlan(old, [1]), ["A", "B"])[0] == '"A", "B"'
-    assert recp._select_list(FilePlan(new, [1]), ["A", "B"])[0] == '"A", NULL'
-    assert recp._select_list(FilePlan(old, [1]), ["B"])[0] == '"B"'
+    assert recp_read._select_list(FilePlan(old, [1]), ["A", "B"])[0] == '"A", "B"'
+    assert recp_read._select_list(FilePlan(new, [1]), ["A", "B"])[0] == '"A", NULL'
+    assert recp_read._select_list(FilePlan(old, [1]), ["B"])[0] == '"B"'
     indexed = FileSchema("F", [Attribute("A", "integer", indexed=True)])
     plan = FilePlan(indexed, [1], conjunctions=[[("A", "=", 1)]])
-    assert not recp._pageable(plan)
-    assert recp._pageable(FilePlan(_schema("A"), [1], conjunctions=[[("A", "=", 1)]]))
+    assert not recp_read._pageable(plan)
+    assert recp_read._pageable(FilePlan(_schema("A"), [1], conjunctions=[[("A", "=", 1)]]))
 
 
 def test_floor_is_one_real_round_trip_per_transport() -> None:

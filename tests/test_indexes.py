@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backend import dm, recp
+from backend import dm, recp_read
 from controller.reqp import Reqp
 from mbds.client import ClientError
 from mbds.directory import Directory
@@ -63,7 +63,7 @@ def _recp(r: Running, i: int, query: str) -> tuple[list[tuple], list[str]]:
     statements: list[str] = []
     with closing(sqlite3.connect(f"file:{_files(r)[i]}?mode=ro", uri=True)) as conn:
         conn.set_trace_callback(statements.append)     # the SQL as run, values bound
-        rows = [tuple(row) for msg in recp.read(conn, 0, plan)
+        rows = [tuple(row) for msg in recp_read.read(conn, 0, plan)
                 for row in json.loads(msg.rows.rows_json)]
         conn.set_trace_callback(None)
         plans = [" ".join(str(step[-1]) for step in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))

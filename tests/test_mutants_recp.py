@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from backend import recp
+from backend import recp_read, recp_write
 from backend.plan import FilePlan
 from backend.store import Store
 from mbds.proto import mbds_pb2 as pb
@@ -39,7 +39,7 @@ def table() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
     Store._create_file_table(conn, CENSUS)
     for cid, recs in RECORDS.items():
-        assert recp.insert(conn, CENSUS, [placed(cid, r) for r in recs]) == len(recs)
+        assert recp_write.insert(conn, CENSUS, [placed(cid, r) for r in recs]) == len(recs)
     return conn
 
 
@@ -49,7 +49,7 @@ def plan(clusters: list[int], conjunctions: list | None = None,
 
 
 def retrieve(conn: sqlite3.Connection, p: FilePlan, attrs: list[str]) -> list[list]:
-    return [row for b in recp.retrieve_batches(conn, p, attrs, 0)
+    return [row for b in recp_read.retrieve_batches(conn, p, attrs, 0)
             for row in json.loads(b.rows.rows_json)]
 
 
@@ -65,7 +65,7 @@ ALL = sorted((cid, *r) for cid, recs in RECORDS.items() for r in recs)
 def test_insert_stores_each_record_in_its_cluster_with_its_body() -> None:
     conn = table()
     assert stored(conn) == sorted(ALL, key=lambda r: r[1])
-    assert recp.insert(conn, CENSUS, []) == 0
+    assert recp_write.insert(conn, CENSUS, []) == 0
 
 
 @pytest.mark.parametrize("every", [False, True])
@@ -87,7 +87,7 @@ def groups(conn: sqlite3.Connection, p: FilePlan, items: list[str], by: str,
            agg: str = "SUM") -> dict:
     """Each group's records and, per item, its (sum, count, min, max) for `agg`."""
     out = {}
-    for reply in recp.aggregate_groups(conn, p, [(a, agg) for a in items], by, 7):
+    for reply in recp_read.aggregate_groups(conn, p, [(a, agg) for a in items], by, 7):
         assert reply.request_index == 7
         g = reply.group
         out[from_pb(g.key)] = (g.records, [
@@ -124,10 +124,10 @@ def test_partial_aggregates_without_by_and_over_some_clusters() -> None:
 
 def test_delete_removes_the_matching_records_of_the_plans_clusters() -> None:
     conn = table()
-    assert recp.delete(conn, plan([1, 2], [[("POP", ">", 100)]])) == 2
+    assert recp_write.delete(conn, plan([1, 2], [[("POP", ">", 100)]])) == 2
     assert [r[1] for r in stored(conn)] == ["Austin", "Buffalo", "Monterey"]
-    assert recp.delete(conn, plan([])) == 0
-    assert recp.delete(conn, plan([3], [[("POP", "=", 500)]], every=True)) == 1
+    assert recp_write.delete(conn, plan([])) == 0
+    assert recp_write.delete(conn, plan([3], [[("POP", "=", 500)]], every=True)) == 1
     assert [r[1] for r in stored(conn)] == ["Buffalo", "Monterey"]
 
 
@@ -145,7 +145,7 @@ def modifier(attr: str, value: object = None, source: str = "", arith: str = "")
 def test_update_sets_the_matching_records_of_the_plans_clusters(m: pb.Modifier,
                                                                 pops: dict) -> None:
     conn = table()
-    assert recp.update(conn, plan([1, 3], [[("STATE", "=", "CA")]]), m) == 2
+    assert recp_write.update(conn, plan([1, 3], [[("STATE", "=", "CA")]]), m) == 2
     after = {r[1]: r[2] for r in stored(conn)}
     assert after == {"Monterey": 25, "Carmel": 2000, "Albany": 9000, "Buffalo": None,
                      "Austin": 500, **pops}
@@ -153,11 +153,11 @@ def test_update_sets_the_matching_records_of_the_plans_clusters(m: pb.Modifier,
 
 def test_update_from_another_attribute_and_of_no_clusters() -> None:
     conn = table()
-    assert recp.update(conn, plan([1]), modifier("AREA", source="POP")) == 2
+    assert recp_write.update(conn, plan([1]), modifier("AREA", source="POP")) == 2
     assert {r[1]: r[3] for r in stored(conn) if r[0] == 1} == {"Monterey": 25.0,
                                                                 "Carmel": 2000.0}
     before = stored(conn)
-    assert recp.update(conn, plan([]), modifier("POP", 1)) == 0
+    assert recp_write.update(conn, plan([]), modifier("POP", 1)) == 0
     assert stored(conn) == before
 
 
@@ -174,7 +174,8 @@ def test_update_moving_asks_for_each_records_new_cluster(m: pb.Modifier,
         asked.append((file, values))
         return 10 + len(asked)
 
-    assert recp.update_moving(conn, plan([1, 2], [[("STATE", "=", "CA")]]), m, cluster_of) == 2
+    assert recp_write.update_moving(
+        conn, plan([1, 2], [[("STATE", "=", "CA")]]), m, cluster_of) == 2
     # The new directory values (FILE, CITY, POP, STATE), POP computed by SQLite.
     assert sorted(asked, key=lambda a: a[1][1]) == sorted(
         [("CENSUS", ["CENSUS", city, pop, "CA"]) for city, pop in new_pops.items()],
@@ -183,7 +184,7 @@ def test_update_moving_asks_for_each_records_new_cluster(m: pb.Modifier,
     assert {c: p for c, (_, p) in moved.items()} == new_pops
     assert sorted(cid for cid, _ in moved.values()) == [11, 12]
     assert len(stored(conn)) == len(ALL)
-    assert recp.update_moving(conn, plan([]), m, cluster_of) == 0 and len(asked) == 2
+    assert recp_write.update_moving(conn, plan([]), m, cluster_of) == 0 and len(asked) == 2
 
 
 def test_update_moving_of_the_state_keeps_the_other_values() -> None:
@@ -194,6 +195,6 @@ def test_update_moving_of_the_state_keeps_the_other_values() -> None:
         asked.append(values)
         return 99
 
-    assert recp.update_moving(conn, plan([3]), modifier("STATE", "OK"), cluster_of) == 1
+    assert recp_write.update_moving(conn, plan([3]), modifier("STATE", "OK"), cluster_of) == 1
     assert asked == [["CENSUS", "Austin", 500, "OK"]]
     assert [r for r in stored(conn) if r[0] == 99] == [(99, "Austin", 500, 300.0, "OK", None)]

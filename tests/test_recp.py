@@ -8,9 +8,9 @@ import sqlite3
 
 import pytest
 
-from backend import recp
+from backend import recp_read, recp_write
 from backend.plan import FilePlan
-from backend.recp import _where
+from backend.recp_sql import where
 from backend.store import Store, add_functions, table
 from mbds.schema import parse_definition
 from tests.conftest import CENSUS_YAML
@@ -31,9 +31,9 @@ def test_where_binds_one_value_per_placeholder(conjunctions: list, matches: list
     conn = sqlite3.connect(":memory:")
     conn.execute('CREATE TABLE r (cluster_id INTEGER, "POP" INTEGER)')
     conn.executemany("INSERT INTO r VALUES (?, ?)", [(1, 3), (1, 17), (2, 5000)])
-    where, params = _where(FilePlan(CENSUS, [1, 2], conjunctions, every_cluster))
-    assert where.count("?") == len(params)
-    got = sorted(v for (v,) in conn.execute(f'SELECT "POP" FROM r WHERE {where}', params))
+    clause, params = where(FilePlan(CENSUS, [1, 2], conjunctions, every_cluster))
+    assert clause.count("?") == len(params)
+    got = sorted(v for (v,) in conn.execute(f'SELECT "POP" FROM r WHERE {clause}', params))
     assert got == matches
 
 
@@ -52,9 +52,9 @@ def _all(batches: list) -> list:
 
 def _row_by_row(conn: sqlite3.Connection, plan: FilePlan) -> list:
     """The reference: every row fetched one by one through the cluster index."""
-    select, sparams = recp._select_list(plan, ["POP", "CITY"])
-    out = recp._Batcher(0, 0)
-    batches = list(recp._rows(conn, plan, plan.clusters, select, sparams, out))
+    select, sparams = recp_read._select_list(plan, ["POP", "CITY"])
+    out = recp_read._Batcher(0, 0)
+    batches = list(recp_read._rows(conn, plan, plan.clusters, select, sparams, out))
     return batches + [b for b in [out.flush()] if b is not None]
 
 
@@ -68,14 +68,14 @@ def test_a_whole_table_scan_pages_in_sqlite_within_the_batch_bounds(monkeypatch)
     """SQLite joins a whole-table scan's rows a page at a time: the answer is the same rows
     as row by row, in rowid order, and no batch breaks the row or byte bound (a page
     that comes out too large is read again at half the rows)."""
-    monkeypatch.setattr(recp, "BATCH_ROWS", 40)
-    monkeypatch.setattr(recp, "BATCH_BYTES", 3000)
+    monkeypatch.setattr(recp_read, "BATCH_ROWS", 40)
+    monkeypatch.setattr(recp_read, "BATCH_BYTES", 3000)
     # Rows of 10 bytes, then some of 2,000 (two to a batch), then small ones again.
     sizes = [10] * 150 + [2000] * 7 + [10] * 100 + [5000] + [10] * 30
     conn = _census_table([(1 + i % 3, i, "c" * n) for i, n in enumerate(sizes)])
     plan = FilePlan(CENSUS, [1, 2, 3], [[("POP", ">=", 5)]], every_cluster=True)
-    assert recp._pageable(plan)
-    paged = list(recp.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
+    assert recp_read._pageable(plan)
+    paged = list(recp_read.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
     rowwise = _row_by_row(conn, FilePlan(CENSUS, [1, 2, 3], plan.conjunctions))
     expected = [[i, "c" * n] for i, n in enumerate(sizes) if i >= 5]
     assert _all(paged) == expected                 # in rowid order
@@ -94,25 +94,26 @@ def test_a_scan_that_an_index_could_answer_is_not_paged() -> None:
     indexed = next(s for s in parse_definition(CENSUS_YAML.replace(
         "    directory:\n      POP", "    indexes: [AREA]\n    directory:\n      POP", 1))
         if s.name == "CENSUS")
-    assert not recp._pageable(FilePlan(indexed, [1], [[("AREA", "<", 5.0)]], True))
-    assert recp._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)]], True))
-    assert recp._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)]], False))
-    assert not recp._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)], [("AREA", ">", 1.0)]]))
+    assert not recp_read._pageable(FilePlan(indexed, [1], [[("AREA", "<", 5.0)]], True))
+    assert recp_read._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)]], True))
+    assert recp_read._pageable(FilePlan(indexed, [1], [[("POP", "<", 5)]], False))
+    assert not recp_read._pageable(
+        FilePlan(indexed, [1], [[("POP", "<", 5)], [("AREA", ">", 1.0)]]))
 
 
 def test_a_cluster_restricted_scan_pages_through_each_cluster(monkeypatch) -> None:
     """A request over some clusters is read a page at a time per cluster (a range of the
     cluster index, so nothing is sorted): the same rows as row by row, cluster by
     cluster in rowid order, every batch within its bounds, one statement per page."""
-    monkeypatch.setattr(recp, "BATCH_ROWS", 40)
-    monkeypatch.setattr(recp, "BATCH_BYTES", 3000)
+    monkeypatch.setattr(recp_read, "BATCH_ROWS", 40)
+    monkeypatch.setattr(recp_read, "BATCH_BYTES", 3000)
     # Four clusters, interleaved in rowid order, rows of 10 and of 2,000 bytes.
     sizes = [10] * 200 + [2000] * 9 + [10] * 100
     conn = _census_table([(1 + i % 4, i, "c" * n) for i, n in enumerate(sizes)])
     plan = FilePlan(CENSUS, [1, 2, 4], [[("POP", ">=", 5)], [("POP", "<", 2)]])
-    assert recp._pageable(plan)
+    assert recp_read._pageable(plan)
     statements = _statements(conn)
-    paged = list(recp.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
+    paged = list(recp_read.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
     pages = len(statements)
     expected = [[i, "c" * n] for c in (1, 2, 4) for i, n in enumerate(sizes)
                 if 1 + i % 4 == c and (i >= 5 or i < 2)]
@@ -129,11 +130,11 @@ def test_small_clusters_fall_back_to_row_by_row(monkeypatch) -> None:
     """With clusters of a record or two (a type-C attribute can make one per record) a
     statement per cluster would cost more than it saves: after the probe the rest of
     the clusters are fetched row by row, in one statement, with the same answer."""
-    monkeypatch.setattr(recp, "PAGE_PROBE_CLUSTERS", 4)
+    monkeypatch.setattr(recp_read, "PAGE_PROBE_CLUSTERS", 4)
     conn = _census_table([(c, c * 10 + k, "x") for c in range(1, 31) for k in range(2)])
     plan = FilePlan(CENSUS, list(range(1, 31)), [[("POP", ">=", 0)]])
     statements = _statements(conn)
-    got = _all(recp.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
+    got = _all(recp_read.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
     assert got == [[c * 10 + k, "x"] for c in range(1, 31) for k in range(2)]
     assert sum("group_concat" in s for s in statements) == 4
     assert sum("json_each" in s for s in statements) == 1
@@ -152,7 +153,7 @@ def test_an_update_modifier_computes_each_records_new_value(modifier: str,
     """The modifier as REQP forms it, run by RECP on every record of the file."""
     conn = _census_table([(1, -7, "a"), (1, 17, "b"), (2, 5000, "c")])
     [p] = prepare(census_iig().directory, f"UPDATE (FILE = Census) {modifier}")
-    assert recp.update(conn, FilePlan(CENSUS, [1, 2], [[]], True), p.request.modifier) == 3
+    assert recp_write.update(conn, FilePlan(CENSUS, [1, 2], [[]], True), p.request.modifier) == 3
     got = [pop for (pop,) in conn.execute(f'SELECT "POP" FROM {table("CENSUS")} ORDER BY rid')]
     assert got == after
 
@@ -174,13 +175,13 @@ def test_arithmetic_that_leaves_its_type_is_refused_before_anything_is_written(
     before = list(conn.execute(f"SELECT * FROM {table('CENSUS')} ORDER BY rid"))
     [p] = prepare(census_iig().directory, f"UPDATE (FILE = Census) {modifier}")
     plan = FilePlan(CENSUS, [1, 2], [[]], True)
-    with pytest.raises(recp.OutOfRange, match=rf"^CENSUS\.(POP|AREA) = .* gives "
-                       rf"{re.escape(result)} for a record, out of the range of "
-                       r"(integer|float); nothing was updated$"):
+    with pytest.raises(recp_write.OutOfRange, match=rf"^CENSUS\.(POP|AREA) = .* gives "
+                             rf"{re.escape(result)} for a record, out of the range of "
+                             r"(integer|float); nothing was updated$"):
         if moving:
-            recp.update_moving(conn, plan, p.request.modifier, lambda f, v: 1)
+            recp_write.update_moving(conn, plan, p.request.modifier, lambda f, v: 1)
         else:
-            recp.update(conn, plan, p.request.modifier)
+            recp_write.update(conn, plan, p.request.modifier)
     assert list(conn.execute(f"SELECT * FROM {table('CENSUS')} ORDER BY rid")) == before
 
 
@@ -188,7 +189,7 @@ def test_an_update_copies_another_attribute_of_the_same_record() -> None:
     conn = _census_table([(1, 1, "a"), (2, 2, "b")])
     [p] = prepare(census_iig().directory, "UPDATE ((FILE = Census) and (POP < 2)) <CITY = STATE>")
     plan = FilePlan(CENSUS, [1, 2], [[("POP", "<", 2)]], True)
-    assert recp.update(conn, plan, p.request.modifier) == 1
+    assert recp_write.update(conn, plan, p.request.modifier) == 1
     assert list(conn.execute(f'SELECT "CITY" FROM {table("CENSUS")} ORDER BY rid')) == [
         ("CA",), ("b",)]
 
@@ -207,16 +208,16 @@ def test_every_write_records_what_undoes_it_exactly() -> None:
     before = conn.execute(f"SELECT * FROM {table('CENSUS')} ORDER BY rid").fetchall()
     log = undo.UndoLog(conn, ("e", 1))
     nothing = FilePlan(CENSUS, [1], [[("POP", "=", 999)]], False)
-    assert recp.delete(conn, nothing, log) == 0 and not log.wrote
+    assert recp_write.delete(conn, nothing, log) == 0 and not log.wrote
     records = [pb.PlacedRecord(cluster_id=2, values=[to_pb(v) for v in ("d", 7, None, "CA")])]
-    assert recp.insert(conn, CENSUS, records, log) == 1 and log.wrote
+    assert recp_write.insert(conn, CENSUS, records, log) == 1 and log.wrote
     raise_pop = pb.Modifier(attr="POP", source="POP", arith="+", value=to_pb(1))
-    assert recp.update(conn, FilePlan(CENSUS, [1, 2], [[("POP", "<", 10)]], False),
-                       raise_pop, log) == 2                # 3 → 4 and the new 7 → 8
+    assert recp_write.update(conn, FilePlan(CENSUS, [1, 2], [[("POP", "<", 10)]], False),
+                             raise_pop, log) == 2          # 3 → 4 and the new 7 → 8
     move = pb.Modifier(attr="POP", value=to_pb(4000))
-    assert recp.update_moving(conn, FilePlan(CENSUS, [1], [[("POP", "=", 17)]], False), move,
-                              lambda file, values: 2, log) == 1
-    assert recp.delete(conn, FilePlan(CENSUS, [1, 2], [], True), log) == 4
+    assert recp_write.update_moving(conn, FilePlan(CENSUS, [1], [[("POP", "=", 17)]], False),
+                                    move, lambda file, values: 2, log) == 1
+    assert recp_write.delete(conn, FilePlan(CENSUS, [1, 2], [], True), log) == 4
     touched = conn.execute("SELECT COUNT(*) FROM undo WHERE image IS NOT NULL").fetchone()[0]
     assert touched == 2 + 1 + 4                            # the rows each write touched
     assert conn.execute("SELECT lo, hi FROM undo WHERE image IS NULL").fetchall() == [(4, 4)]

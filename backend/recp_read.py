@@ -1,27 +1,27 @@
-"""RECP — record processing (SPEC §4 step 6) on this backend's SQLite records.
+"""RECP — record processing (SPEC §4 step 6): reading this backend's SQLite records.
 
-Runs the request plans DM made (`backend/plan.py`: the clusters to visit and the
-record condition) on a connection it is given: reads on the event loop, one row
-batch per `next`, writes in the writer thread. Every statement is built from
-validated identifiers only; every ABDL value is a bound parameter, so no value can
-change a statement. Partial aggregates are computed here (SUM, COUNT, MIN, MAX per
-group; AVG travels as SUM and COUNT) so only one row per group crosses the network.
+Runs a read request's plans (`backend/plan.py`: the clusters to visit and the record
+condition, `recp_sql.py`) on a connection it is given, one row batch per `next`: on
+the event loop, or in the writer thread for a read inside a writing unit. Every
+statement is built from validated identifiers only; every ABDL value is a bound
+parameter, so no value can change a statement. Partial aggregates are computed here
+(SUM, COUNT, MIN, MAX per group; AVG travels as SUM and COUNT) so only one row per
+group crosses the network.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
+from backend import recp_sql
 from backend.plan import FilePlan, RequestPlan
 from backend.store import as_json, col, table
-from backend.undo import UndoLog
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
-from mbds.values import Value, from_pb, to_pb
+from mbds.values import to_pb
 
 # The most rows in one RowBatch this backend sends to PP. gRPC's cost is per message,
 # so fewer, larger batches cut the CPU per row here, at PP and at the client.
@@ -29,32 +29,7 @@ BATCH_ROWS = 4000
 BATCH_BYTES = 1 << 20      # …and about this much JSON: well under gRPC's 4 MiB limit
 STEP_ROWS = 100            # rows fetched and encoded per step
 
-Place = Callable[[str, list[Value]], int]
 T = TypeVar("T")
-
-
-def _condition(plan: FilePlan) -> tuple[str, list[object]]:
-    """The record condition alone: the OR of the conjunctions' predicates ("1" if none)."""
-    params: list[object] = []
-    terms = []
-    for conj in plan.conjunctions:
-        if not conj:
-            return "1", []    # one conjunction with no record condition: every record
-        parts = []
-        for attr, op, value in conj:
-            parts.append(f"{col(attr)} {op} ?")
-            params.append(value)
-        terms.append("(" + " AND ".join(parts) + ")")
-    return ("(" + " OR ".join(terms) + ")" if terms else "1"), params
-
-
-def _where(plan: FilePlan) -> tuple[str, list[object]]:
-    """The condition restricted to the plan's clusters (the CDT's address list)."""
-    cond, params = _condition(plan)
-    if plan.every_cluster:
-        return cond, params
-    return (f"cluster_id IN (SELECT value FROM json_each(?)) AND {cond}",
-            [json.dumps(plan.clusters), *params])
 
 
 # Statement texts of a file by what they depend on (targets, conditions): a two-record
@@ -180,7 +155,7 @@ def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select:
           sparams: list[object], out: _Batcher) -> Iterator[pb.BackendReply]:
     """Rows of `clusters` fetched one by one through the cluster index (a Python string
     per row): for predicates a non-clustered index answers, and for small clusters."""
-    where, wparams = _where(replace(plan, clusters=clusters))
+    where, wparams = recp_sql.where(replace(plan, clusters=clusters))
     cur = conn.execute(f"SELECT json_array({select}) FROM {table(plan.schema.name)} "
                        f"WHERE {where}", sparams + wparams)
     step = 10     # rows per fetch; adapts to the record size seen so far
@@ -216,7 +191,7 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
     A page is sized from the bytes per row seen so far to fill the batch; one that
     comes out over twice the batch's byte bound is read again at half the rows.
     """
-    cond, cparams = _condition(plan)
+    cond, cparams = recp_sql.condition(plan)
     scope = "" if plan.every_cluster else "cluster_id = ? AND "
     sql = _cached(plan.schema, ("pages", select, scope, cond), lambda: (
         f"SELECT group_concat(j), count(*), max(rid) FROM (SELECT rid, "
@@ -264,7 +239,7 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
         exprs += [total or "NULL", f"COUNT({c})", f"MIN({c})", f"MAX({c})"]
         eparams += ps * (4 if total else 3)
     key, kparams = _term(plan, by) if by else ("NULL", [])
-    where, params = _where(plan)
+    where, params = recp_sql.where(plan)
     sql = (f"SELECT {key}, COUNT(*), {', '.join(exprs)} FROM {table(plan.schema.name)} "
            f"WHERE {where}" + (f" GROUP BY {key}" if by else ""))
     sums = ", ".join(f"SUM({a})" for a, agg in items if agg == "SUM")
@@ -291,116 +266,3 @@ def _overflow_named(rows: Callable[[], Iterator[T]], sums: str) -> Iterator[T]:
         if "integer overflow" not in str(e):
             raise
         raise OverflowError(f"{sums}: a sum beyond 64-bit integers") from None
-
-
-def delete(conn: sqlite3.Connection, plan: FilePlan, undo: UndoLog | None = None) -> int:
-    if not plan.clusters:
-        return 0
-    where, params = _where(plan)
-    if undo is not None:
-        undo.rows(plan.schema, where, params)
-    return conn.execute(f"DELETE FROM {table(plan.schema.name)} WHERE {where}", params).rowcount
-
-
-def _modifier_sql(m: pb.Modifier) -> tuple[str, list[object]]:
-    value = from_pb(m.value)
-    if not m.source:
-        return "?", [value]
-    if not m.arith:
-        return col(m.source), []
-    return f"({col(m.source)} {m.arith} ?)", [value]
-
-
-class OutOfRange(ValueError):
-    """An UPDATE's arithmetic would store a value its attribute's type cannot hold."""
-
-
-# Where SQLite's arithmetic leaves a type's range: a float overflows to ±Inf (which no
-# answer's JSON can carry), an integer to a float.
-_OVERFLOWED = {"float": "abs({e}) > 1.7976931348623157e308", "integer": "typeof({e}) = 'real'"}
-
-
-def _out_of_range(plan: FilePlan, m: pb.Modifier, result: Value) -> OutOfRange:
-    a = plan.schema.by_name[m.attr]
-    return OutOfRange(f"{plan.schema.name}.{m.attr} = {m.source} {m.arith} "
-                      f"{from_pb(m.value)!r} gives {result!r} for a record, out of the "
-                      f"range of {a.type}; nothing was updated")
-
-
-def _check_range(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier, expr: str,
-                 params: list[object], where: str, wparams: list[object]) -> None:
-    """Arithmetic must leave every value it writes in its attribute's type."""
-    test = _OVERFLOWED.get(plan.schema.by_name[m.attr].type) if m.arith else None
-    if test is None:
-        return
-    row = conn.execute(f"SELECT {expr} FROM {table(plan.schema.name)} "
-                       f"WHERE {test.format(e=expr)} AND ({where}) LIMIT 1",
-                       params + params + wparams).fetchone()
-    if row is not None:
-        raise _out_of_range(plan, m, row[0])
-
-
-def _in_range(kind: str, value: Value) -> bool:
-    """A value SQLite computed, as `_OVERFLOWED` tests it."""
-    if kind == "float":
-        return not isinstance(value, float) or abs(value) <= 1.7976931348623157e308
-    return kind != "integer" or not isinstance(value, float)
-
-
-def update(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
-           undo: UndoLog | None = None) -> int:
-    """UPDATE of a non-directory attribute: records stay in their clusters."""
-    if not plan.clusters:
-        return 0
-    expr, eparams = _modifier_sql(m)
-    where, wparams = _where(plan)
-    _check_range(conn, plan, m, expr, eparams, where, wparams)
-    if undo is not None:
-        undo.rows(plan.schema, where, wparams)
-    return conn.execute(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = {expr} "
-                        f"WHERE {where}", eparams + wparams).rowcount
-
-
-def update_moving(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
-                  cluster_of: Place, undo: UndoLog | None = None) -> int:
-    """UPDATE of a directory attribute: each record may move to another cluster.
-
-    SQLite computes the new value (so arithmetic is the same as in `update`);
-    `cluster_of` maps the record's new directory values to a cluster id, asking
-    IIG to allocate one when the combination is new.
-    """
-    if not plan.clusters:
-        return 0
-    expr, eparams = _modifier_sql(m)
-    dir_attrs = plan.schema.directory_attributes[1:]      # FILE never changes
-    sel = ", ".join(expr if a == m.attr else col(a) for a in dir_attrs)
-    where, wparams = _where(plan)
-    rows = conn.execute(f"SELECT rid, {sel} FROM {table(plan.schema.name)} WHERE {where}",
-                        eparams * dir_attrs.count(m.attr) + wparams).fetchall()
-    pos = dir_attrs.index(m.attr)
-    kind = plan.schema.by_name[m.attr].type if m.arith else ""
-    if undo is not None:
-        undo.rows(plan.schema, where, wparams)
-    changes = []
-    for rid, *values in rows:
-        if not _in_range(kind, values[pos]):
-            raise _out_of_range(plan, m, values[pos])
-        cid = cluster_of(plan.schema.name, [plan.schema.name, *values])
-        changes.append((values[pos], cid, rid))
-    conn.executemany(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = ?, cluster_id = ? "
-                     f"WHERE rid = ?", changes)
-    return len(changes)
-
-
-def insert(conn: sqlite3.Connection, schema: FileSchema, records: list[pb.PlacedRecord],
-           undo: UndoLog | None = None) -> int:
-    names = [a.name for a in schema.attributes]
-    before = undo.last_rid(schema) if undo is not None else 0
-    sql = (f"INSERT INTO {table(schema.name)} (cluster_id, {', '.join(map(col, names))}, _body) "
-           f"VALUES (?, {', '.join('?' * len(names))}, ?)")
-    conn.executemany(sql, [
-        (r.cluster_id, *[from_pb(v) for v in r.values], r.body if r.HasField("body") else None)
-        for r in records])
-    if undo is not None:
-        undo.inserted(schema, before)
-    return len(records)
