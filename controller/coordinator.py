@@ -183,19 +183,22 @@ class Coordinator:
                                        f"would {', '.join(writes)}")
         return self.run(prepared, transaction, timeout=timeout)
 
-    async def load(self, chunk: pb.LoadRequest) -> AsyncIterator[pb.ExecuteReplies]:
-        """Bulk INSERT: one traffic unit per chunk, checked like ABDL inserts (a
-        columnar chunk per column, `controller/load.py`)."""
+    def check_load(self, chunk: pb.LoadRequest) -> Prepared:
+        """A bulk-load chunk checked like ABDL inserts (a columnar chunk per column,
+        `controller/load.py`)."""
         with metrics.handler("REQP", "load"):
-            p = (load.prepare(self.directory, chunk) if chunk.HasField("columns")
-                 else self.reqp.prepare_load(chunk))
+            return (load.prepare(self.directory, chunk) if chunk.HasField("columns")
+                    else self.reqp.prepare_load(chunk))
+
+    async def load(self, p: Prepared) -> AsyncIterator[pb.ExecuteReplies]:
+        """Bulk INSERT: one traffic unit per checked chunk."""
         async for reply in self.run([p], transaction=False):
             yield reply
 
     def load_stream(self, chunks: AsyncIterator[pb.LoadRequest]
                     ) -> AsyncIterator[pb.ExecuteReplies]:
         """A client's Load call: its chunks' traffic units, several in flight."""
-        return load.pipelined(chunks, self.load)
+        return load.pipelined(chunks, self.check_load, self.load)
 
     async def define(self, text: str) -> Defined:
         schemas = parse_definition(text)

@@ -18,7 +18,7 @@ from typing import Any
 from controller.reqp import OPS, Prepared
 from mbds import columns
 from mbds.directory import Directory
-from mbds.errors import SemanticError, shorten
+from mbds.errors import MbdsError, SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
 from mbds.values import Value
@@ -26,6 +26,9 @@ from mbds.values import Value
 # Batches of one load in flight at once: the next is checked, placed and sent while
 # the backends write the ones before it.
 WINDOW = 4
+# Records in one batch: a constant or all-null column costs the wire a few bytes
+# whatever its count, so the count itself is bounded (the client sends 10,000).
+MAX_BATCH_RECORDS = 100_000
 BODY = Attribute("BODY", "string")
 
 
@@ -90,6 +93,9 @@ def prepare(directory: Directory, chunk: pb.LoadRequest) -> PreparedLoad:
         raise SemanticError(f"the batch has {len(cols.columns)} columns for "
                             f"{len(names)} attributes")
     count, first = cols.count, cols.first or 1
+    if not 1 <= count <= MAX_BATCH_RECORDS:
+        raise SemanticError(f"a load batch of {count} records: a batch holds 1 to "
+                            f"{MAX_BATCH_RECORDS:,} (MAX_BATCH_RECORDS)")
     wire = [pb.Column() for _ in schema.attributes]
 
     def check(attr: Attribute, col: pb.Column) -> None:
@@ -114,40 +120,74 @@ Replies = list[pb.ExecuteReplies]
 
 
 async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
-                    run: Callable[[pb.LoadRequest], AsyncIterator[pb.ExecuteReplies]],
+                    check: Callable[[pb.LoadRequest], Prepared],
+                    run: Callable[[Prepared], AsyncIterator[pb.ExecuteReplies]],
                     window: int = WINDOW) -> AsyncIterator[pb.ExecuteReplies]:
-    """Each chunk's traffic unit run with up to `window` in flight; replies in order.
+    """Each chunk checked as it comes, then its traffic unit run with up to `window` in
+    flight; replies in order.
 
-    A failed batch changes no data; the batches already in flight beside it are let
-    finish (each commits or aborts on its own, everywhere), their acknowledgements are
-    passed on, and then the first failure is raised: every `done` the client saw is a
-    batch stored on every backend, and nothing else is."""
-    async def one(chunk: pb.LoadRequest) -> Replies:
-        return [reply async for reply in run(chunk)]
+    A refused chunk is refused before any later one is taken, so the batches
+    acknowledged are the load's first ones. A batch that fails at the backends changes
+    no data either; the batches already in flight beside it are let finish (each
+    commits or aborts on its own, everywhere), their acknowledgements are passed on, and
+    then the first failure is raised, naming the records it did not load and those
+    loaded after them: every `done` the client saw is a batch stored on every backend,
+    and nothing else is."""
+    async def one(p: Prepared) -> Replies:
+        return [reply async for reply in run(p)]
 
-    pending: deque[asyncio.Task[Replies]] = deque()
-    failure: BaseException | None = None
+    pending: deque[tuple[asyncio.Task[Replies], range]] = deque()
+    failure: Exception | None = None
+    lost = range(0)
+    after: list[range] = []          # loaded after the failed batch, in flight beside it
     try:
         async for chunk in chunks:
-            pending.append(asyncio.create_task(one(chunk)))
-            while pending and (len(pending) >= window or pending[0].done()):
-                task = pending.popleft()
+            try:
+                p = check(chunk)
+            except Exception as e:    # refused: nothing more is taken
+                failure = e
+                break
+            pending.append((asyncio.create_task(one(p)), _records(chunk)))
+            while pending and (len(pending) >= window or pending[0][0].done()):
+                task, records = pending.popleft()
                 try:
                     for reply in await task:
                         yield reply
-                except Exception as e:      # refused or aborted: stop taking batches
-                    failure = e
+                except Exception as e:      # aborted: stop taking batches
+                    failure, lost = e, records
                     break
             if failure is not None:
                 break
         while pending:
+            task, records = pending.popleft()
             try:
-                for reply in await pending.popleft():
+                for reply in await task:
                     yield reply
+                if failure is not None:
+                    after.append(records)
             except Exception as e:
-                failure = failure or e
+                if failure is None:
+                    failure, lost = e, records
         if failure is not None:
-            raise failure
+            raise _naming(failure, lost, after)
     finally:
-        for task in pending:            # the client went away: each unit aborts (PP)
+        for task, _ in pending:         # the client went away: each unit aborts (PP)
             task.cancel()
+
+
+def _records(chunk: pb.LoadRequest) -> range:
+    """The numbers of a chunk's records in the load (from 1)."""
+    if chunk.HasField("columns"):
+        first = chunk.columns.first or 1
+        return range(first, first + chunk.columns.count)
+    return range(0)                 # a chunk of rows carries no numbers
+
+
+def _naming(failure: Exception, lost: range, after: list[range]) -> Exception:
+    """The failure of a batch, naming the records loaded after it (a client that goes
+    on from its last acknowledgement would load them twice)."""
+    if not after or not lost or not isinstance(failure, MbdsError):
+        return failure
+    spans = ", ".join(f"{r.start}-{r.stop - 1}" for r in after)
+    return type(failure)(f"{failure}; records {lost.start}-{lost.stop - 1} were not "
+                         f"loaded, records {spans} (in flight beside them) were")

@@ -3,10 +3,12 @@ per batch, the backend's check and insert, atomicity per batch, and `mbds load`'
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sqlite3
 from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from controller.iig import Iig
 from mbds import columns
 from mbds.client import ClientError
 from mbds.directory import Directory
-from mbds.errors import SemanticError
+from mbds.errors import SemanticError, TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
 from tests.conftest import CENSUS_YAML, Running
@@ -138,6 +140,41 @@ def test_a_batch_with_bad_names_or_shapes_is_refused() -> None:
     both.records.add()
     with pytest.raises(SemanticError, match="as rows or as columns, not both"):
         prepare(both)
+    # A column of nulls costs the wire nothing per record: the count itself is bounded.
+    for count in (0, load.MAX_BATCH_RECORDS + 1, 2 ** 32 - 1):
+        huge = pb.LoadRequest(file="CENSUS", attributes=[],
+                              columns=pb.LoadColumns(count=count))
+        with pytest.raises(SemanticError, match=f"a load batch of {count} records: a batch "
+                                                f"holds 1 to 100,000"):
+            prepare(huge)
+
+
+def test_a_load_that_fails_at_the_backends_names_the_records_loaded_after_it() -> None:
+    """Batches in flight beside one that fails at the backends commit on their own: the
+    failure names the records it did not load and those loaded after them."""
+    chunks = [chunk([census_row(i) for i in range(10)], first=1 + 10 * k) for k in range(5)]
+
+    async def feed() -> AsyncIterator[pb.LoadRequest]:
+        for c in chunks:
+            yield c
+
+    async def run(p: Any) -> AsyncIterator[pb.ExecuteReplies]:
+        await asyncio.sleep(0)
+        if p.batch.first == 11:
+            raise TrafficUnitAborted("traffic unit aborted: backend b1: disk full")
+        yield pb.ExecuteReplies(replies=[pb.ExecuteReply(done=pb.RequestDone())])
+
+    async def drain() -> int:
+        n = 0
+        async for _ in load.pipelined(feed(), prepare, run, window=4):
+            n += 1
+        return n
+
+    with pytest.raises(TrafficUnitAborted) as err:
+        asyncio.run(drain())
+    assert str(err.value) == ("traffic unit aborted: backend b1: disk full; records 11-20 "
+                              "were not loaded, records 21-30, 31-40 (in flight beside "
+                              "them) were")
 
 
 # ------------------------------------------------------------- IIG, per batch --
@@ -328,9 +365,9 @@ def test_a_refused_batch_changes_no_data_and_names_its_record(cluster_factory) -
     assert "record 1234: type mismatch: CENSUS.POP is integer, got string 'many'" in str(
         err.value)
     here = [x for recs in stored(r).values() for x in recs]
-    # Exactly the acknowledged batches are stored, the refused one not at all, and the
-    # load stopped there: only the batches already in flight beside it went on.
-    assert 1000 <= len(here) == acknowledged <= 1000 + (load.WINDOW - 1) * 250
+    # Exactly the batches before the refused one are stored and acknowledged: a chunk is
+    # checked as it comes, so none after it was taken.
+    assert len(here) == acknowledged == 1000
     assert not {(x[1], x[2]) for x in here} & {(row[0], row[1]) for row in rows[1000:1250]}
 
 
