@@ -17,7 +17,7 @@ from typing import Protocol, TypeAlias
 
 from controller.decisions import Decisions
 from mbds import faults
-from mbds.errors import TrafficUnitAborted
+from mbds.errors import DeadlineExceeded, TrafficUnitAborted
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
@@ -201,9 +201,13 @@ class Inbox:
             try:
                 link, got = await self.queue.get(self.deadline)
             except TimeoutError:
-                late = min(waiting, key=lambda x: x.index)
-                raise BackendFailure(late, late.unavailable(
-                    f"no answer within the {self.timeout:g} s deadline")) from None
+                # Every backend still owing an answer is named: one may be silent only
+                # because it waits for another (for its descriptor ids, say).
+                late = sorted(waiting, key=lambda x: x.index)
+                names = ", ".join(f"{x.name} ({x.address})" for x in late)
+                raise BackendFailure(late[0], DeadlineExceeded(
+                    f"traffic unit aborted: no answer within the {self.timeout:g} s "
+                    f"deadline from backend{'s' if len(late) > 1 else ''} {names}")) from None
             msg = self._check(link, got)
             if link in waiting and self._stage(msg) == stage and not self.ahead[link]:
                 return link, msg

@@ -48,6 +48,12 @@ class BackendUnavailable(MbdsError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class DeadlineExceeded(MbdsError):
+    """Backends did not answer a traffic unit within its deadline; it was aborted."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 class TrafficUnitAborted(MbdsError):
     """A traffic unit was rolled back (a backend failed it, or it was cancelled)."""
 

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from mbds import faults
-from mbds.client import ClientError
+from mbds.client import Client, ClientError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from tests.conftest import CENSUS_YAML, Running, backend_digests, internal_channel
@@ -201,3 +201,23 @@ def test_a_backend_a_directory_push_fails_gets_the_entries_with_the_next_unit(
     assert moved.stats["clusters_examined"] == 1
     assert len(set(backend_digests(r))) == 1
     assert backend_digests(r)[0] == r.client.status().directory_digest
+
+
+def test_a_unit_past_its_deadline_names_the_backends_that_did_not_answer(
+        cluster_factory) -> None:
+    """b1 stops (SIGSTOP) and never answers; b0 answers a unit it alone searches. The
+    unit fails at its deadline as DEADLINE_EXCEEDED naming b1 only (not b0, which
+    answered, nor "unreachable": b1's bus is up), and once b1 runs again so do units."""
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    b1 = r.cluster.backends[1]
+    b1.signal(signal.SIGSTOP)
+    try:
+        with Client(r.cluster.address, timeout=3) as c, pytest.raises(ClientError) as err:
+            c.execute("RETRIEVE (FILE = Census) (CITY)")
+    finally:
+        b1.signal(signal.SIGCONT)
+    assert err.value.code == "DEADLINE_EXCEEDED"
+    assert str(err.value) == ("traffic unit aborted: no answer within the 3 s deadline "
+                              f"from backend b1 ({b1.address})")
+    retry(r.client, "RETRIEVE (FILE = Census) (COUNT(CITY))", timeout=30)
