@@ -111,8 +111,17 @@ def _typed(value: object, attr: Attribute, where: str) -> Scalar:
     return float(value) if attr.type == "float" else value  # type: ignore[return-value,arg-type]
 
 
+# What each kind of directory attribute is given: anything else (type C's `values`, a
+# misspelt `range`) is refused rather than ignored.
+_SPEC_KEYS = {"A": {"type", "ranges"}, "B": {"type", "values"}, "C": {"type"}}
+
+
 def _directory(attr: Attribute, spec: dict[str, Any], where: str) -> list[DescriptorSpec]:
     kind = attr.directory
+    extra = sorted(str(k) for k in spec if k not in _SPEC_KEYS[kind])
+    if extra:
+        raise DefinitionError(f"{where}: type {kind} takes no {shorten(repr(extra[0]))} "
+                              f"(it takes {', '.join(sorted(_SPEC_KEYS[kind]))})")
     if kind == "A":
         ranges = spec.get("ranges")
         if not isinstance(ranges, list) or not ranges:

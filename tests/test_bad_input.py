@@ -60,6 +60,11 @@ BAD = [
     ("[INSERT (<FILE, Census>, <CITY, ghost>); DELETE (FILE = Census); "
      "RETRIEVE (FILE = Census) (NOPE)]", "INVALID_ARGUMENT", "unknown attribute NOPE"),
     ("[]", "INVALID_ARGUMENT", "empty transaction"),
+    # A literal a double holds only as 0 (or not at all) is refused, not changed.
+    ("INSERT (<FILE, Census>, <CITY, tiny>, <AREA, 1e-400>)", "INVALID_ARGUMENT",
+     "number out of range '1e-400'"),
+    ("RETRIEVE ((FILE = Census) and (AREA > -2.5e-999)) (CITY)", "INVALID_ARGUMENT",
+     "number out of range '-2.5e-999'"),
 ]
 
 
@@ -122,3 +127,22 @@ def test_arithmetic_beyond_a_floats_range_is_refused_and_the_cluster_goes_on(
     census.client.execute("INSERT (<FILE, Gauge>, <NAME, b>, <LEVEL, 2.0>, <SPARE, 1.0>)")
     census.client.execute("DELETE ((FILE = Gauge) and (NAME = b))")
     assert census.client.execute("RETRIEVE (FILE = Gauge) (ALL)")[0].records == before
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("{type: C, values: [a, b]}", "type C takes no 'values' (it takes type)"),
+    ("{type: B, values: [a], ranges: [[1, 2]]}", "type B takes no 'ranges' (it takes type, "
+                                                 "values)"),
+    ("{type: A, range: [[1, 2]]}", "type A takes no 'range' (it takes ranges, type)"),
+])
+def test_a_directory_attribute_given_what_its_kind_does_not_take_is_refused(
+        census: Running, spec: str, message: str) -> None:
+    """A key a directory attribute's kind does not read is refused, not ignored: a type C
+    attribute given values would otherwise look like a type B one and not be."""
+    with pytest.raises(ClientError) as err:
+        census.client.define(f"files:\n  ODD:\n    attributes: {{K: string}}\n"
+                             f"    directory:\n      K: {spec}\n")
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert f"file ODD, directory attribute K: {message}" in str(err.value)
+    with pytest.raises(ClientError, match="unknown file ODD"):
+        census.client.execute("RETRIEVE (FILE = Odd) (K)")

@@ -135,7 +135,11 @@ def number_value(text: str) -> int | float | None:
     try:
         if not is_integer(text):
             value = float(text)
-            return None if math.isinf(value) else value
+            # Beyond a double, or so small it would be stored as 0: refused, as
+            # PostgreSQL refuses 1e-400, rather than changed.
+            mantissa = text.lower().partition("e")[0]
+            underflow = value == 0 and mantissa.strip("+-.0") != ""
+            return None if math.isinf(value) or underflow else value
         number = int(text)
     except ValueError:  # e.g. more digits than sys.get_int_max_str_digits()
         return None
