@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
-from cli.options import controller_option, fail
+from cli.options import NotUtf8, controller_option, fail, utf8
 from mbds.client import Client, ClientError, Result
 from mbds.proto import mbds_pb2 as pb
 
@@ -39,24 +39,26 @@ def print_results(results: list[Result], as_json: bool) -> None:
 @click.argument("abdl")
 def exec_(controller: str, as_json: bool, timeout: float, abdl: str) -> None:
     """Run one ABDL request or transaction."""
-    if abdl == "-":
-        abdl = sys.stdin.read()
     try:
+        text = (utf8(sys.stdin.buffer.read(), "standard input") if abdl == "-"
+                else utf8(abdl, "the request"))
         with Client(controller, timeout=timeout) as c:
-            print_results(c.execute(abdl), as_json)
-    except ClientError as e:
+            print_results(c.execute(text), as_json)
+    except (NotUtf8, ClientError) as e:
         fail(e)
 
 
 @click.command()
 @controller_option
-@click.argument("path", type=click.File("r"))
-def define(controller: str, path: TextIO) -> None:
+@click.argument("path", type=click.File("rb"))
+def define(controller: str, path: BinaryIO) -> None:
     """Apply a database definition (YAML)."""
     try:
+        name = "standard input" if path.name == "<stdin>" else path.name
+        text = utf8(path.read(), name)
         with Client(controller) as c:
-            reply = c.define(path.read())
-    except ClientError as e:
+            reply = c.define(text)
+    except (NotUtf8, ClientError) as e:
         fail(e)
     for f in reply.files_created:
         click.echo(f"created {f}")

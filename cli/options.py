@@ -32,3 +32,25 @@ def fail(e: object) -> NoReturn:
     """End the command with the error on stderr and exit code 1 (no traceback)."""
     click.echo(f"error: {e}", err=True)
     sys.exit(1)
+
+
+class NotUtf8(ValueError):
+    """Input that is not UTF-8 text, named by its first bad byte."""
+
+
+def utf8(data: bytes | str, what: str) -> str:
+    """`data` as text, or NotUtf8 naming `what` and where its first bad byte is (its
+    offset in the input's bytes). A str is input Python decoded with surrogate escapes
+    (the command line, stdin in a C or UTF-8 locale, a terminal's keys read by
+    prompt_toolkit): each escape stands for the byte it could not decode."""
+    if isinstance(data, str):
+        try:
+            data = data.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:     # a surrogate no byte decodes to
+            raise NotUtf8(f"{what} is not valid UTF-8 (character "
+                          f"U+{ord(e.object[e.start]):04X} at position {e.start})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NotUtf8(f"{what} is not valid UTF-8 (byte 0x{data[e.start]:02x} at position "
+                      f"{e.start})") from None

@@ -20,6 +20,7 @@ from cli.certs import tls_options
 from cli.options import event_loop_option, fail, split_search_option
 from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
+from mbds.cluster import end_with_launcher
 from mbds.dirlock import DirInUse
 from mbds.doors import DoorError, load_tokens
 from mbds.service import ListenError
@@ -70,6 +71,7 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
             in_memory: bool, metrics_port: int | None, tls_dir: Path | None,
             insecure: bool, event_loop: str) -> None:
     """Run one backend (DM, CC, RECP)."""
+    end_with_launcher()
     from backend.server import serve
     from backend.slots import claim_slot
     if (data_dir is None) == (data_root is None):
@@ -129,6 +131,7 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
                tls_dir: Path | None, insecure: bool, client_plaintext: bool,
                tokens: Path | None, event_loop: str) -> None:
     """Run the controller (REQP, IIG, PP)."""
+    end_with_launcher()
     from controller.discovery import discover_backends
     from controller.server import serve
     from mbds import metrics

@@ -18,7 +18,7 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from cli.describe import describe_file, list_files
-from cli.options import controller_option
+from cli.options import NotUtf8, controller_option, utf8
 from cli.supervise import in_thread
 from cli.tables import console, render_result
 from mbds.client import Client, ClientError, Result
@@ -55,7 +55,7 @@ def run_shell(address: str) -> None:
         else:
             buf.insert_text("\n")
 
-    session: PromptSession = PromptSession(history=FileHistory(str(history)),
+    session: PromptSession = PromptSession(history=History(str(history)),
                                            multiline=True, key_bindings=kb)
     console.print(f"connected to {address}. Type help for help.")
     with Client(address) as client:
@@ -69,6 +69,7 @@ def run_shell(address: str) -> None:
             if text in ("\\q", "quit", "exit"):
                 break
             try:
+                text = utf8(text, "the line")
                 if text.lower() in HELP_WORDS:
                     console.print(HELP, markup=False, highlight=False)
                 elif text.startswith("\\"):
@@ -76,8 +77,17 @@ def run_shell(address: str) -> None:
                 else:
                     for r in execute_cancellable(client, text):
                         render_result(r)
-            except ClientError as e:
+            except (NotUtf8, ClientError) as e:
                 console.print(f"error: {e}", style="red", markup=False, highlight=False)
+
+
+class History(FileHistory):
+    """prompt_toolkit's history file, which also keeps a line that is not UTF-8 (a byte
+    it could not decode is a surrogate escape, which its own writer refuses) with that
+    byte replaced, as the file is read back anyway."""
+
+    def store_string(self, string: str) -> None:
+        super().store_string(string.encode("utf-8", "replace").decode("utf-8"))
 
 
 def execute_cancellable(client: Client, text: str) -> list[Result]:

@@ -12,6 +12,7 @@ import grpc
 
 from mbds.client import (
     DEFAULT_CONTROLLER,
+    ClientError,
     Result,
     _closed,
     _deadline,
@@ -69,28 +70,54 @@ class AsyncClient:
             async for batch in self._call(text):
                 yield batch
             return
+        request = _request(text, self.timeout)
         self._in_use = True
-        ended = False
+        ended = answered = False
         try:
-            if self._session is None:
-                self._session = self.stub.Session()
-                self.sessions_opened += 1
-            await self._session.write(_request(text, self.timeout))
+            await self._send(request)
             while True:
                 batch = await self._session.read()
                 if batch is grpc.aio.EOF:
                     raise _closed()
-                ended = batch.end
+                ended, answered = batch.end, True
                 yield batch
                 if _ended(batch):
                     return
         except grpc.RpcError as e:
+            if not answered and e.code() == grpc.StatusCode.UNAVAILABLE:
+                raise _broken(e) from None
             raise _error(e) from None
         finally:
             self._in_use = False
             if not ended and self._session is not None:   # left mid-answer: not reusable
                 self._session.cancel()
                 self._session = None
+
+    async def _send(self, request: pb.ExecuteRequest) -> None:
+        """Write `request` on the session, opening one if there is none or it has ended.
+
+        A kept session can be dead without its call knowing yet (the controller
+        restarted since its last answer: grpc.aio learns it only when a write fails,
+        where the synchronous client's `alive()` sees it first). A write that fails
+        put nothing of the request on the wire, so the controller cannot have run it:
+        it is written once more on a fresh session. A request whose write succeeded is
+        never sent again, since the controller may have received and run it.
+        """
+        while True:
+            fresh = self._session is None or self._session.done()
+            if fresh:
+                if self._session is not None:
+                    self._session.cancel()
+                self._session = self.stub.Session()
+                self.sessions_opened += 1
+            try:
+                await self._session.write(request)
+                return
+            except (grpc.RpcError, asyncio.InvalidStateError) as e:
+                self._session.cancel()
+                self._session = None
+                if fresh:
+                    raise _unsent(e) from None
 
     async def _call(self, text: str) -> AsyncIterator[pb.ExecuteReplies]:
         try:
@@ -110,3 +137,23 @@ class AsyncClient:
         except TimeoutError:
             raise _deadline(self.timeout) from None
         return collect(replies)
+
+
+def _unsent(e: grpc.RpcError | asyncio.InvalidStateError) -> ClientError:
+    """A request that could not be written to a fresh session: the controller has
+    nothing of it. Core's INTERNAL for a write on a closed stream is UNAVAILABLE here."""
+    code = e.code().name if isinstance(e, grpc.RpcError) else "UNAVAILABLE"
+    details = (e.details() if isinstance(e, grpc.RpcError) else str(e)) or code
+    if code == "INTERNAL":
+        code = "UNAVAILABLE"
+    return ClientError(code, f"the request was not sent (not run): the session to the "
+                             f"controller closed ({details})")
+
+
+def _broken(e: grpc.RpcError) -> ClientError:
+    """The session broke after the request was written and before any answer: the
+    controller may have run it (a write may have been committed), so it is not sent
+    again; a read can be asked again."""
+    return ClientError("UNAVAILABLE", "the session to the controller broke before the "
+                       "request was answered: it may or may not have run "
+                       f"({e.details() or e.code().name})")

@@ -62,7 +62,16 @@ def _error(e: grpc.RpcError) -> ClientError:
 
 
 def _request(text: str, timeout: float) -> pb.ExecuteRequest:
-    return pb.ExecuteRequest(text=text, timeout_s=timeout)
+    """The message of one request; INVALID_ARGUMENT for text the wire cannot carry: a
+    surrogate, such as the escape of a byte that was not UTF-8 in a command line."""
+    try:
+        return pb.ExecuteRequest(text=text, timeout_s=timeout)
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        what = (f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF
+                else f"character U+{code:04X}")
+        raise ClientError("INVALID_ARGUMENT", f"the request is not valid UTF-8 ({what} at "
+                          f"character {e.start})") from None
 
 
 def _ended(batch: pb.ExecuteReplies) -> bool:

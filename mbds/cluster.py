@@ -37,6 +37,33 @@ def _same_code() -> dict[str, str]:
     return {"PYTHONPATH": root + (os.pathsep + rest if rest else "")}
 
 
+# In a started process's environment (Linux): the pid of the process that started it,
+# with which it is to end (`end_with_launcher`).
+LAUNCHER = "MBDS_LAUNCHER"
+PR_SET_PDEATHSIG = 1            # <linux/prctl.h>
+
+
+def end_with_launcher() -> None:
+    """First thing in a process a LocalCluster started (LAUNCHER in its environment, on
+    Linux): the kernel sends it SIGTERM when its launcher ends, whatever ends it — a
+    SIGKILL of `mbds up` included, which leaves it no chance to stop its processes — so
+    no server runs on with nobody to stop it. Asked for here, after exec, rather than
+    in a `preexec_fn`, which would run Python between fork and exec in a process with
+    gRPC's threads; a launcher that died before this is seen by this process having
+    another parent, and it ends at once. The signal comes when the
+    *thread* that started the process ends: `mbds up` starts them from its main thread,
+    `mbds bench` from the one that runs the benchmark and stops them."""
+    launcher = os.environ.pop(LAUNCHER, None)   # not passed on to a process of its own
+    if launcher is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != int(launcher):
+        sys.exit(f"the process that started this one (pid {launcher}) has ended")
+
+
 LISTENING = re.compile(r"listening on (\S+)")
 METRICS = re.compile(r"metrics on (http://\S+)")   # what `mbds backend|controller` print
 
@@ -83,11 +110,14 @@ class Proc:
         self.address: str | None = None
         self.metrics_url = ""           # its /metrics, printed before it listens
         self._ready = threading.Event()
+        # It ends with this process (end_with_launcher), unless a prefix's process
+        # stands between them.
+        launcher = {} if prefix else {LAUNCHER: str(os.getpid())}
         with owned.starting() as record:    # a supervisor's stop_all stops it too
             self.popen = subprocess.Popen(
                 [*prefix, sys.executable, "-P", "-m", "mbds", *args], stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True,    # Ctrl-C is left to `stop`
-                env={**os.environ, **_same_code(), **(env or {}), OWNED: "1"})
+                env={**os.environ, **_same_code(), **(env or {}), OWNED: "1", **launcher})
             self._owned = record(self.stop)
         threading.Thread(target=self._pump, daemon=True).start()
 

@@ -67,3 +67,56 @@ def test_concurrent_requests_and_leaving_mid_answer(address: str) -> None:
             [again] = await c.execute(ALL)
             assert len(again.records) == 20 and c.sessions_opened == 2
     asyncio.run(run())
+
+
+def test_a_session_a_controller_restart_broke_is_replaced_and_the_request_runs_once(
+        cluster_factory) -> None:
+    """The controller killed and started again between two requests: the kept session is
+    dead, which grpc.aio learns only when the next request's write fails. Nothing of that
+    request reached the controller, so it goes again on a fresh session and runs once;
+    with the controller down it fails UNAVAILABLE, named as not sent."""
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+
+    async def run() -> None:
+        async with AsyncClient(r.cluster.address, timeout=60) as c:
+            assert (await c.execute(ALL))[0].records == []
+            r.cluster.controller.kill()
+            with pytest.raises(ClientError) as e:
+                await c.execute(INSERT.format(c="down", p=1))
+            assert e.value.code == "UNAVAILABLE" and "not sent" in str(e.value)
+            r.cluster.restart_controller()
+            await c.connect()       # past the channel's back-off from the failed connect
+            [ins] = await c.execute(INSERT.format(c="back", p=2))
+            assert ins.op == "INSERT" and ins.stats["records_retrieved"] == 1
+            r.cluster.controller.kill()
+            r.cluster.restart_controller()
+            [ins] = await c.execute(INSERT.format(c="again", p=3))
+            assert ins.op == "INSERT"
+            [after] = await c.execute(ALL)
+            assert sorted(x["CITY"] for x in after.records) == ["again", "back"]
+    asyncio.run(run())
+
+
+def test_a_request_the_controller_may_have_run_is_not_sent_again(cluster_factory) -> None:
+    """The controller crashes after its commit decision, before answering: the unit was
+    received and runs to its commit on the controller's return, so the client must not
+    send it again (it would be stored twice); it fails UNAVAILABLE, outcome unknown."""
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    r.cluster.controller.kill()
+    r.cluster.restart_controller(env={"MBDS_FAULTS": "controller.after_decision=crash"})
+    unit = "[" + "; ".join(INSERT.format(c=f"u{i}", p=i) for i in range(2)) + "]"
+
+    async def run() -> None:
+        async with AsyncClient(r.cluster.address, timeout=60) as c:
+            assert (await c.execute(ALL))[0].records == []
+            with pytest.raises(ClientError) as e:
+                await c.execute(unit)
+            assert e.value.code == "UNAVAILABLE" and "may or may not have run" in str(e.value)
+            assert r.cluster.controller.popen.wait(30) == 137
+            r.cluster.restart_controller()
+            [after] = await c.execute(ALL)
+            assert sorted(x["CITY"] for x in after.records) == ["u0", "u1"]
+            assert c.sessions_opened == 2
+    asyncio.run(run())

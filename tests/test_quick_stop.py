@@ -87,6 +87,22 @@ def test_an_idle_up_and_all_its_processes_stop_within_the_bound(tmp_path: Path,
     assert elapsed <= STOP_BOUND_S, f"stopped {elapsed:.2f}s after {signal.Signals(sig).name}"
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+def test_a_killed_up_takes_its_processes_with_it(tmp_path: Path) -> None:
+    """SIGKILL leaves `mbds up` no chance to stop anything: the kernel sends each of its
+    processes SIGTERM as it dies (mbds/cluster.py, end_with_launcher), and they stop as
+    they would at `mbds up`'s own SIGTERM, instead of serving on with nobody to stop them."""
+    up = Up(tmp_path / "data", 2)
+    try:
+        t0 = up.signal(signal.SIGKILL)
+        elapsed = up.wait_all_gone(t0, timeout=10)
+    finally:
+        up.kill()
+    assert up.proc.returncode == -signal.SIGKILL
+    assert elapsed <= STOP_BOUND_S, f"its processes ended {elapsed:.2f}s after the SIGKILL"
+    assert _using(tmp_path / "data") == []
+
+
 def test_ctrl_c_while_up_is_starting_leaves_nothing_running(tmp_path: Path) -> None:
     """The cluster's processes leave Ctrl-C to `mbds up`; one that comes while it is
     starting them still stops every one already started."""

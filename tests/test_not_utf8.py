@@ -1,0 +1,109 @@
+"""Input that is not UTF-8, fed to the commands that read text from the user (`exec`
+from its argument or stdin, `define` from a file or stdin, `shell` line by line) and to
+the client: each names the first bad byte and where it is, exits 1 with no traceback,
+and the shell goes on to its next line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from mbds.client import Client, ClientError
+from tests.conftest import CENSUS_YAML
+
+BAD_REQUEST = b"RETRIEVE (FILE = Census) (CITY) -- \xff"
+
+
+def mbds(*args: str | bytes, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mbds", *args], input=stdin,
+                          capture_output=True, timeout=120)
+
+
+def assert_named(r: subprocess.CompletedProcess, what: str, byte: int, position: int
+                 ) -> None:
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 1, err
+    assert "Traceback" not in err, err
+    assert err.strip() == (f"error: {what} is not valid UTF-8 "
+                           f"(byte 0x{byte:02x} at position {position})"), err
+
+
+@pytest.fixture
+def address(cluster_factory) -> str:
+    r = cluster_factory(1)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>)")
+    return r.cluster.address
+
+
+def test_exec_names_the_bad_byte_of_its_argument_and_of_stdin(address: str) -> None:
+    assert_named(mbds("exec", "--controller", address, BAD_REQUEST),
+                 "the request", 0xFF, len(BAD_REQUEST) - 1)
+    assert_named(mbds("exec", "--controller", address, "-", stdin=b"\xff\xfe RETRIEVE"),
+                 "standard input", 0xFF, 0)
+    # A valid UTF-8 request that is not ASCII still goes through.
+    ok = mbds("exec", "--controller", address, "-",
+              stdin="RETRIEVE ((FILE = Census) and (CITY = 'Ménerbes')) (CITY)".encode())
+    assert ok.returncode == 0 and b"RETRIEVE: 0 records" in ok.stdout, ok.stderr
+
+
+def test_define_names_the_bad_byte_of_its_file_and_of_stdin(address: str,
+                                                            tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"files: {}\n# \xfe\n")
+    assert_named(mbds("define", "--controller", address, str(bad)), str(bad), 0xFE, 12)
+    assert_named(mbds("define", "--controller", address, "-", stdin=bad.read_bytes()),
+                 "standard input", 0xFE, 12)
+
+
+@pytest.mark.parametrize("line", [BAD_REQUEST, b"\\d Cens\xe9"])
+def test_the_shell_names_the_bad_byte_and_goes_on(address: str, tmp_path: Path,
+                                                   line: bytes) -> None:
+    # As tests/test_shell.py spawns it, with the bytes sent as they are.
+    child = pexpect.spawn(sys.executable, ["-m", "mbds", "shell", "--controller", address],
+                          env={"HOME": str(tmp_path), "TERM": "xterm"}, encoding="utf-8",
+                          codec_errors="surrogateescape", timeout=60, dimensions=(60, 160))
+    try:
+        child.expect("mbds>")
+        child.send(line.decode("utf-8", "surrogateescape") + "\r")
+        child.expect(r"error: the line is not valid UTF-8 \(byte 0x(ff|e9) at position "
+                     rf"{len(line) - 1}\)")
+        child.send("RETRIEVE (FILE = Census) (CITY)\r")       # the next line runs
+        child.expect("Monterey")
+        child.expect("clusters examined")
+        child.send("\\q\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert "Traceback" not in (child.before or "")
+    assert (tmp_path / ".mbds" / "history").read_bytes().count(b"\n+") == 3
+
+
+def test_the_shell_reading_a_pipe_names_the_bad_line_and_goes_on(address: str,
+                                                                  tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "mbds", "shell", "--controller", address],
+                       input=BAD_REQUEST + b"\nRETRIEVE (FILE = Census) (CITY)\n\\q\n",
+                       capture_output=True, timeout=120, env={"HOME": str(tmp_path)})
+    out = (r.stdout + r.stderr).decode("utf-8", "replace")
+    assert r.returncode == 0 and "Traceback" not in out, out
+    assert (f"error: the line is not valid UTF-8 (byte 0xff at position "
+            f"{len(BAD_REQUEST) - 1})") in out
+    assert "Monterey" in out
+
+
+def test_the_client_refuses_text_the_wire_cannot_carry(address: str) -> None:
+    """A surrogate (how Python keeps a byte it could not decode) is INVALID_ARGUMENT,
+    and the client's session goes on."""
+    with Client(address) as c:
+        with pytest.raises(ClientError) as e:
+            c.execute(BAD_REQUEST.decode("utf-8", "surrogateescape"))
+        assert e.value.code == "INVALID_ARGUMENT"
+        assert str(e.value) == ("the request is not valid UTF-8 "
+                                f"(byte 0xff at character {len(BAD_REQUEST) - 1})")
+        assert c.execute("RETRIEVE (FILE = Census) (CITY)")[0].records == [
+            {"CITY": "Monterey"}]
