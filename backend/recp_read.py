@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from backend import recp_sql
@@ -54,6 +55,15 @@ def _cached(schema: FileSchema, key: tuple[object, ...], build: Callable[[], T])
 def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
     """The select list of `attrs` on the plan's file (cached per file and targets)."""
     return _cached(plan.schema, ("select", *attrs), lambda: _build_select_list(plan, attrs))
+
+
+def _row(plan: FilePlan, select: str) -> str:
+    """A record's JSON array in SQL, from its select list (`_select_list`):
+    `recp_sql.json_array` of its terms, so a row may have more values than SQLite lets one
+    function call have (`RETRIEVE (ALL)` of a file of 256 attributes has 258). No term
+    `_term` makes holds ", " (names are identifiers), so the list splits back into them."""
+    return _cached(plan.schema, ("row", select),
+                   lambda: recp_sql.json_array(select.split(", ")))
 
 
 def _term(plan: FilePlan, a: str, encoded: bool = False) -> tuple[str, list[object]]:
@@ -156,7 +166,7 @@ def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select:
     """Rows of `clusters` fetched one by one through the cluster index (a Python string
     per row): for predicates a non-clustered index answers, and for small clusters."""
     where, wparams = recp_sql.where(replace(plan, clusters=clusters))
-    cur = conn.execute(f"SELECT json_array({select}) FROM {table(plan.schema.name)} "
+    cur = conn.execute(f"SELECT {_row(plan, select)} FROM {table(plan.schema.name)} "
                        f"WHERE {where}", sparams + wparams)
     step = 10     # rows per fetch; adapts to the record size seen so far
     while rows := cur.fetchmany(step):
@@ -195,7 +205,7 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
     scope = "" if plan.every_cluster else "cluster_id = ? AND "
     sql = _cached(plan.schema, ("pages", select, scope, cond), lambda: (
         f"SELECT group_concat(j), count(*), max(rid) FROM (SELECT rid, "
-        f"json_array({select}) AS j FROM {table(plan.schema.name)} "
+        f"{_row(plan, select)} AS j FROM {table(plan.schema.name)} "
         f"WHERE {scope}rid > ? AND {cond} ORDER BY rid LIMIT ?)"))
     scopes: list[list[object]] = [[]] if plan.every_cluster else [[c] for c in plan.clusters]
     want, row_bytes, rows = 50, 0, 0   # a small first page learns the row size
@@ -224,6 +234,14 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
                 break
 
 
+# The most result columns SQLite lets one statement have (SQLITE_MAX_COLUMN, 2000 in a
+# stock build): an aggregate item takes four and the group two, so the items of a
+# request on a wide file (up to five aggregates of each of 258 names) may need more
+# statements than one.
+MAX_COLUMNS = 2000
+ITEMS_PER_STATEMENT = (MAX_COLUMNS - 2) // 4
+
+
 def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple[str, str]],
                      by: str, request_index: int) -> Iterator[pb.BackendReply]:
     """Partial aggregates of (attribute, aggregate) items, one message per BY group. The
@@ -231,20 +249,35 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
     (a float) is summed as one, by TOTAL, which does not."""
     if not plan.clusters:
         return
-    exprs: list[str] = []
-    eparams: list[object] = []
-    for a, agg in items:
-        c, ps = _term(plan, a)
-        total = {"SUM": f"SUM({c})", "AVG": f"TOTAL({c})"}.get(agg)
-        exprs += [total or "NULL", f"COUNT({c})", f"MIN({c})", f"MAX({c})"]
-        eparams += ps * (4 if total else 3)
     key, kparams = _term(plan, by) if by else ("NULL", [])
     where, params = recp_sql.where(plan)
-    sql = (f"SELECT {key}, COUNT(*), {', '.join(exprs)} FROM {table(plan.schema.name)} "
-           f"WHERE {where}" + (f" GROUP BY {key}" if by else ""))
+    statements: list[tuple[str, list[object]]] = []     # one, unless the items are many
+    for k in range(0, len(items), ITEMS_PER_STATEMENT):
+        exprs: list[str] = []
+        eparams: list[object] = []
+        for a, agg in items[k:k + ITEMS_PER_STATEMENT]:
+            c, ps = _term(plan, a)
+            total = {"SUM": f"SUM({c})", "AVG": f"TOTAL({c})"}.get(agg)
+            exprs += [total or "NULL", f"COUNT({c})", f"MIN({c})", f"MAX({c})"]
+            eparams += ps * (4 if total else 3)
+        statements.append((
+            f"SELECT {key}, COUNT(*), {', '.join(exprs)} FROM {table(plan.schema.name)} "
+            f"WHERE {where}" + (f" GROUP BY {key}" if by else ""),
+            kparams + eparams + params + (kparams if by else [])))
     sums = ", ".join(f"SUM({a})" for a, agg in items if agg == "SUM")
-    for row in _overflow_named(lambda: conn.execute(
-            sql, kparams + eparams + params + (kparams if by else [])), sums):
+    rows: Iterator[Any]
+    if len(statements) == 1:
+        rows = _overflow_named(partial(conn.execute, *statements[0]), sums)
+    else:
+        # Each statement's row of a group joined to the first one's by its key (SQLite's
+        # GROUP BY equality is Python's for the values a STRICT column holds); the unit's
+        # locks keep the records as they are meanwhile.
+        groups: dict[Any, list[Any]] = {}
+        for sql, sparams in statements:
+            for row in _overflow_named(partial(conn.execute, sql, sparams), sums):
+                groups.setdefault(row[0], list(row[:2])).extend(row[2:])
+        rows = iter(groups.values())
+    for row in rows:
         if row[1] == 0:
             continue         # no records: nothing to contribute
         g = pb.PartialGroup(records=row[1])

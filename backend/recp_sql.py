@@ -1,12 +1,14 @@
-"""RECP's record condition in SQL, shared by its reads (`recp_read.py`) and its writes
-(`recp_write.py`): the OR of a plan's conjunctions, alone or restricted to the
-plan's clusters (the CDT's address list). Names come only from validated
-identifiers; every ABDL value is a bound parameter.
+"""The SQL RECP's reads (`recp_read.py`) and writes (`recp_write.py`, and their undo
+log, `undo.py`) share: a plan's record condition, the OR of its conjunctions, alone or
+restricted to the plan's clusters (the CDT's address list); and a row as one JSON
+array, however many values it has. Names come only from validated identifiers; every
+ABDL value is a bound parameter.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from backend.plan import FilePlan
 from backend.store import col
@@ -34,3 +36,31 @@ def where(plan: FilePlan) -> tuple[str, list[object]]:
         return cond, params
     return (f"cluster_id IN (SELECT value FROM json_each(?)) AND {cond}",
             [json.dumps(plan.clusters), *params])
+
+
+# The most arguments SQLite lets one function call have (SQLITE_MAX_FUNCTION_ARG, 127 in
+# a stock build, and no connection may raise it): a row of a file of 256 attributes has
+# 258 values (with FILE and BODY, or with the cluster and body the undo log keeps).
+MAX_FUNCTION_ARGS = 127
+
+
+def json_array(exprs: Sequence[str]) -> str:
+    """SQL giving the JSON array of `exprs`, any number of them, as the text one
+    `json_array` call would give (byte for byte). Up to MAX_FUNCTION_ARGS it is that
+    call; past it, calls of at most MAX_FUNCTION_ARGS (each non-empty) spliced together:
+    the first without its closing `]`, the next ones without their `[`, joined by `,`.
+
+    Each expression must be a scalar (a number, a string or null, as a column, a bound
+    parameter or `store.as_json` give): an element then neither starts with `[` nor ends
+    with `]`, so trimming a chunk's edges takes exactly its own brackets. The result is
+    text without JSON's subtype, which is all a row needs (fetched, stored, or joined by
+    `group_concat`).
+    """
+    if len(exprs) <= MAX_FUNCTION_ARGS:
+        return f"json_array({', '.join(exprs)})"
+    calls = [f"json_array({', '.join(exprs[i:i + MAX_FUNCTION_ARGS])})"
+             for i in range(0, len(exprs), MAX_FUNCTION_ARGS)]
+    first, *middle, last = calls
+    parts = [f"rtrim({first}, ']')", *(f"trim({c}, '[]')" for c in middle),
+             f"ltrim({last}, '[')"]
+    return "(" + " || ',' || ".join(parts) + ")"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from backend.recp_sql import json_array
 from backend.store import as_json, col, table
 from mbds.schema import FileSchema
 
@@ -45,9 +46,9 @@ class UndoLog:
 
     def rows(self, schema: FileSchema, where: str, params: list[object]) -> None:
         """Before an UPDATE or DELETE: the old rows it will touch, whole."""
-        cols = ", ".join(["cluster_id", *map(as_json, schema.attributes), "_body"])
+        image = json_array(["cluster_id", *map(as_json, schema.attributes), "_body"])
         n = self.conn.execute(
-            f"INSERT INTO undo (unit, file, lo, image) SELECT ?, ?, rid, json_array({cols}) "
+            f"INSERT INTO undo (unit, file, lo, image) SELECT ?, ?, rid, {image} "
             f"FROM {table(schema.name)} WHERE {where}", [self.unit, schema.name, *params]
         ).rowcount
         self.wrote = self.wrote or n > 0
