@@ -20,6 +20,7 @@ from mbds import tls
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.service import MESSAGE_BUDGET
 from mbds.values import Value, to_pb
 
 log = logging.getLogger("mbds.peers")
@@ -40,7 +41,15 @@ class _PeerLink:
     @staticmethod
     async def _messages(queue: Mailbox[bytes]) -> AsyncIterator[bytes]:
         while True:       # every unit searched meanwhile goes along: serialized
-            yield b"".join(await queue.take())    # batches concatenated are one batch
+            parts: list[bytes] = []               # batches concatenated are one batch,
+            size = 0                              # as many as their bytes need
+            for data in await queue.take():
+                if parts and size + len(data) > MESSAGE_BUDGET:
+                    yield b"".join(parts)
+                    parts, size = [], 0
+                parts.append(data)
+                size += len(data)
+            yield b"".join(parts)
 
     async def _run(self) -> None:
         while True:

@@ -19,7 +19,7 @@ from mbds import dirlock, eventloop, faults, metrics, tls
 from mbds.doors import RoleDoor
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import SERVER_OPTIONS, listen_on, until_stopped
+from mbds.service import MESSAGE_BUDGET, SERVER_OPTIONS, listen_on, too_large, until_stopped
 
 log = logging.getLogger("mbds.backend")
 
@@ -79,7 +79,9 @@ class BackendServicer(rpc.BackendServicer):
         """Traffic units come down in the controller's total order; results go back up.
 
         Each message down is handled completely (stage 1) before the next one is read.
-        Replies queued while the stream was busy go back together in one message.
+        Replies queued while the stream was busy go back together, in one message or
+        as many as their bytes need (`MESSAGE_BUDGET`); a reply no message can carry
+        fails its traffic unit instead of the bus (`_oversized`).
         """
         if self.node.prepared.on_disk:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, (
@@ -94,20 +96,43 @@ class BackendServicer(rpc.BackendServicer):
             while True:
                 queued = await bus.queue.take()      # replies queued meanwhile go along
                 replies: list[pb.BackendReply] = []
+                size = 0
                 for msg in queued:
-                    if msg is None:
+                    if msg is None:                  # the bus ended
                         break
+                    n = msg.ByteSize()
+                    if n > MESSAGE_BUDGET:
+                        msg = self._oversized(msg, n)
+                        n = msg.ByteSize()
+                    if replies and size + n > MESSAGE_BUDGET:
+                        sent.inc()
+                        items.inc(len(replies))
+                        yield pb.BackendReplies(replies=replies)
+                        replies, size = [], 0
                     replies.append(msg)
+                    size += n
                 if replies:
                     sent.inc()
                     items.inc(len(replies))
                     yield pb.BackendReplies(replies=replies)
-                if len(replies) < len(queued):       # the bus ended
+                if msg is None:
                     break
         finally:
             self.buses.discard(bus)
             reader.cancel()
             self.node.on_bus_closed(bus)
+
+    def _oversized(self, msg: pb.BackendReply, size: int) -> pb.BackendReply:
+        """A reply of `size` bytes, more than any message carries (a row or a partial
+        group holding a very large value), replaced by its unit's failure naming it: PP
+        aborts that unit everywhere, and the bus and the other units go on."""
+        kind = msg.WhichOneof("body")
+        what = {"rows": f"a row batch ({msg.rows.count} rows)",
+                "group": "a partial group"}.get(kind or "", f"a reply ({kind})")
+        log.warning("backend %s: unit %d: %s of %d bytes refused", self.node.name, msg.seq,
+                    what, size)
+        return pb.BackendReply(seq=msg.seq, error=f"backend {self.node.name}: " + too_large(
+            f"request {msg.request_index}'s answer: {what}", size))
 
     async def _read_bus(self, request_iterator: AsyncIterator[pb.BusBatch],
                         bus: BusOut) -> None:

@@ -6,7 +6,9 @@ units in the same order — the broadcast bus of the paper's hardware, rebuilt.
 Results come back on the same streams tagged with the seq and are routed to
 that unit's `Inbox` (`inbox.py`), which also sends what goes down for it.
 What was queued at once travels as one message each way, so a small request
-costs one message down and one up per backend, not a call.
+costs one message down and one up per backend, not a call; what would not fit in one
+message (`MESSAGE_BUDGET`) goes on in the next, and a traffic unit that fits in none is
+refused before it is numbered.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ import grpc
 from controller.decisions import Decisions
 from controller.inbox import WINDOW, BackendFailure, Inbox
 from mbds import metrics, tls
-from mbds.errors import BackendUnavailable, shorten
+from mbds.errors import BackendUnavailable, SemanticError, shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MAX_MESSAGE
+from mbds.service import MAX_MESSAGE, MESSAGE_BUDGET, too_large
 
 # BackendFailure and Inbox live in inbox.py; named here too for the modules that
 # meet them with the bus.
@@ -42,6 +44,8 @@ CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE),
 # `BusMessage.traffic_unit` and `TrafficUnit.directory`, and of `TrafficUnit.seq` (a
 # varint): a unit's copies are framed once as bytes instead of built as messages.
 _BATCH_MESSAGE, _TRAFFIC_UNIT, _DIRECTORY, _SEQ = 0x0A, 0x12, 0x1A, 0x08
+# What framing adds to a traffic unit's body at most: keys, lengths and its seq.
+_FRAMING = 40
 
 
 def _varint(n: int) -> bytes:
@@ -145,18 +149,26 @@ class BackendLink:
 
         async def batches() -> AsyncIterator[bytes]:
             while True:
-                batch = await queue.take()       # everything queued meanwhile goes along
-                messages: list[bytes] = []
+                batch = await queue.take()       # everything queued meanwhile goes along,
+                messages: list[bytes] = []       # in as many messages as its bytes need
+                size = 0
                 for m in batch:
-                    if m is None:
+                    if m is None:                # closed
                         break
-                    messages.append(_framed(_BATCH_MESSAGE, m if isinstance(m, bytes)
-                                            else m.SerializeToString()))
+                    framed = _framed(_BATCH_MESSAGE, m if isinstance(m, bytes)
+                                     else m.SerializeToString())
+                    if messages and size + len(framed) > MESSAGE_BUDGET:
+                        sent.inc()
+                        items.inc(len(messages))
+                        yield b"".join(messages)
+                        messages, size = [], 0
+                    messages.append(framed)
+                    size += len(framed)
                 if messages:
                     sent.inc()
                     items.inc(len(messages))
                     yield b"".join(messages)
-                if len(messages) < len(batch):     # closed
+                if m is None:
                     return
 
         try:
@@ -226,6 +238,14 @@ class Bus:
             internal_timing=self.internal_timing, iig_address=self.iig_address,
             credit_window=WINDOW))
 
+    @staticmethod
+    def _fits(size: int, backend: str = "") -> None:
+        """Refuses a traffic unit of `size` bytes (framing aside) that no bus message
+        could carry: sent, it would break the bus and fail every unit on it."""
+        if size + _FRAMING > MESSAGE_BUDGET:
+            raise SemanticError(too_large("the traffic unit" + (
+                f" for backend {backend}" if backend else ""), size + _FRAMING))
+
     def _number(self, links: list[BackendLink], timeout: float, requests: int) -> Inbox:
         """The next traffic unit's place in the total order, and its inbox, registered
         before anything is sent."""
@@ -242,17 +262,22 @@ class Bus:
         total order, put it on those buses and return its inbox, registered before
         anything is sent."""
         links = [link for link in self.links if link.index in units]
+        bodies = []
+        for link in links:                 # serialized without their seq, and measured
+            body = units[link.index].SerializeToString()
+            self._fits(len(body), link.name)
+            bodies.append(body)
         inbox = self._number(links, timeout, requests)
-        for link in links:
-            tu = units[link.index]
-            tu.seq = self.seq
-            link.send(pb.BusMessage(traffic_unit=tu))
+        for link, body in zip(links, bodies, strict=True):
+            units[link.index].seq = self.seq
+            link.send(traffic_unit_message(body, self.seq))
         return inbox
 
     def broadcast_same(self, body: bytes, directory: bytes, timeout: float,
                        requests: int) -> Inbox:
         """`broadcast` of one traffic unit that is the same for every backend: `body`
         serialized without its seq, and the serialized directory entries it carries."""
+        self._fits(len(body) + len(directory))
         inbox = self._number(list(self.links), timeout, requests)
         msg = traffic_unit_message(body, self.seq, directory)
         for link in self.links:

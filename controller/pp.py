@@ -5,28 +5,38 @@ forwarded untouched (never decoded here), and PP returns a batch's credit
 only as the client takes it, so the controller's memory does not grow with
 the response set. Aggregates are finished here (AVG from the partial SUMs
 and COUNTs), BY groups merged, and RETRIEVE-COMMON joined (these two keep
-their groups / one side in memory). For a write PP decides, through the
+their groups / both sides in memory; a join's rows are counted before any is
+built, refused past `MAX_JOIN_ROWS`, and made a batch at a time, the event loop
+turning between batches). Every message to the client is cut by rows and by
+bytes (`MESSAGE_BUDGET`). For a write PP decides, through the
 unit's inbox: every backend that wrote prepared → the decision is durable →
 commit → acknowledge; anything else aborts the unit everywhere.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from controller.inbox import BackendFailure, Inbox, Link
 from controller.reqp import Prepared
 from mbds import metrics
-from mbds.errors import TrafficUnitAborted
+from mbds.errors import SemanticError, TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
+from mbds.service import MESSAGE_BUDGET, too_large
 from mbds.values import INT64_MAX, INT64_MIN, describe, from_pb
 
 REPLY_BATCH_ROWS = 1000  # rows in each batch PP builds itself (aggregates, joins)
+REPLY_BATCH_BYTES = 1 << 20   # …and about this much JSON, as a backend's batches
 FLUSH_BATCHES = 4        # row batches PP holds before it must pass them to the client
+# The most rows a RETRIEVE-COMMON may give: its pairs grow as the product of its sides
+# (3,000 records joining 3,000 are 9 million rows), so they are counted from the join's
+# index before any is made, and a join beyond this is refused whole.
+MAX_JOIN_ROWS = 1_000_000
 WRITE_OPS = ("INSERT", "DELETE", "UPDATE")
 _JOINABLE = (str, int, float, type(None))    # what JSON gives for a stored value
 
@@ -91,12 +101,40 @@ class _Aggregates:
         return out
 
 
+def _dumps(row: list[Any]) -> str:
+    return json.dumps(row, separators=(",", ":"))
+
+
+def _joined(left: str, right: str) -> str:
+    """Two rows' JSON arrays as one: "[a,b]" and "[c]" give "[a,b,c]"."""
+    if left == "[]" or right == "[]":
+        return right if left == "[]" else left
+    return left[:-1] + "," + right[1:]
+
+
+class _Join:
+    """A RETRIEVE-COMMON's pairs: each side's rows encoded once (their targets, the join
+    value left out), each pair's row the two joined as text. `count` is known before any
+    row is made; `rows` makes them, right row by right row, in the order of each side."""
+
+    def __init__(self, left: list[list[Any]], right: list[list[Any]]) -> None:
+        index: dict[Any, list[str]] = {}
+        for row in left:
+            if row[-1] is not None:
+                index.setdefault(row[-1], []).append(_dumps(row[:-1]))
+        self.pairs = [(_dumps(r[:-1]), lefts) for r in right if r[-1] is not None
+                      and (lefts := index.get(r[-1])) is not None]
+        self.count = sum(len(lefts) for _, lefts in self.pairs)
+
+    def rows(self) -> Iterator[str]:
+        for right, lefts in self.pairs:
+            for left in lefts:
+                yield _joined(left, right)
+
+
 def _join(p: Prepared, left: list[list[Any]], right: list[list[Any]]) -> list[list[Any]]:
-    index: dict[Any, list[list[Any]]] = {}
-    for row in left:
-        if row[-1] is not None:
-            index.setdefault(row[-1], []).append(row[:-1])
-    return [lrow + r[:-1] for r in right if r[-1] is not None for lrow in index.get(r[-1], [])]
+    """The joined rows, decoded (what the client gets)."""
+    return [json.loads(row) for row in _Join(left, right).rows()]
 
 
 def _side(p: Prepared, rows: pb.RowBatch) -> list[list[Any]]:
@@ -125,11 +163,34 @@ def _refused(link: Link, fault: str) -> BackendFailure:
         f"{fault}"))
 
 
+def _encoded_batches(request_index: int, rows: Iterable[str]
+                     ) -> Iterator[tuple[pb.ExecuteReply, int]]:
+    """Row batches of rows encoded already, each with its bytes: a batch ends at
+    REPLY_BATCH_ROWS rows or REPLY_BATCH_BYTES, whichever comes first; a row that no
+    message can carry is refused, naming the limit."""
+    parts: list[str] = []
+    size = 0
+    for row in rows:
+        if len(row) > MESSAGE_BUDGET:
+            raise TrafficUnitAborted(too_large(
+                f"a row of request {request_index}'s answer", len(row)))
+        if parts and (len(parts) >= REPLY_BATCH_ROWS or size + len(row) > REPLY_BATCH_BYTES):
+            yield _batch(request_index, parts)
+            parts, size = [], 0
+        parts.append(row)
+        size += len(row) + 1
+    if parts:
+        yield _batch(request_index, parts)
+
+
+def _batch(request_index: int, parts: list[str]) -> tuple[pb.ExecuteReply, int]:
+    data = ("[" + ",".join(parts) + "]").encode()
+    return pb.ExecuteReply(request_index=request_index, rows=pb.RowBatch(
+        rows_json=data, count=len(parts))), len(data)
+
+
 def _batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]:
-    n = REPLY_BATCH_ROWS
-    return [pb.ExecuteReply(request_index=request_index, rows=pb.RowBatch(
-        rows_json=json.dumps(rows[i:i + n], separators=(",", ":")).encode(),
-        count=len(rows[i:i + n]))) for i in range(0, len(rows), n)]
+    return [reply for reply, _ in _encoded_batches(request_index, map(_dumps, rows))]
 
 
 def _by_backend(s: pb.BackendStats) -> str:
@@ -155,10 +216,11 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
     writes = any(p.op in WRITE_OPS for p in prepared)
     held: list[pb.ExecuteReply] = []
     # The next message to the client, its replies built in it rather than copied in: at
-    # most FLUSH_BATCHES row batches of up to 1 MiB each, well under the client's 64 MiB
-    # limit. Once passed on it is the client's, and PP starts another.
+    # most FLUSH_BATCHES row batches, and at most MESSAGE_BUDGET bytes of them (a batch
+    # holding one large body can be tens of MiB). Once passed on it is the client's, and
+    # PP starts another.
     out = pb.ExecuteReplies()
-    rows_held = 0
+    rows_held = bytes_held = 0
     finished = False
     try:
         for i, p in enumerate(prepared):
@@ -174,7 +236,7 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                 if rows_held and (rows_held >= FLUSH_BATCHES or not inbox.ready(waiting, i)):
                     passed, out = out, pb.ExecuteReplies()
                     yield passed
-                    rows_held = 0
+                    rows_held = bytes_held = 0
                 link, msg = await inbox.take(waiting, i)
                 t_msg = time.perf_counter()
                 kind = msg.WhichOneof("body")
@@ -196,9 +258,15 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                         raise _refused(link, f"rows for request {i}, a {p.op}" + (
                             " with aggregates" if aggs is not None else ""))
                     else:
+                        data = msg.rows.rows_json
+                        if rows_held and bytes_held + len(data) > MESSAGE_BUDGET:
+                            passed, out = out, pb.ExecuteReplies()
+                            yield passed
+                            rows_held = bytes_held = 0
                         r = out.replies.add(request_index=i)
-                        r.rows.rows_json, r.rows.count = msg.rows.rows_json, msg.rows.count
+                        r.rows.rows_json, r.rows.count = data, msg.rows.count
                         rows_held += 1
+                        bytes_held += len(data)
                 elif kind == "group":
                     if aggs is None:
                         raise _refused(link, f"a partial group for request {i}, which has "
@@ -211,18 +279,31 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                 if metrics.internal_timing():   # PP's own work, not the client's
                     metrics.observe_handler("PP", "results", "", time.perf_counter() - t_msg)
             with metrics.handler("PP", "reply"):
-                final: list[pb.ExecuteReply] = []
+                final: Iterator[tuple[pb.ExecuteReply, int]] = iter(())
                 if aggs is not None:
-                    final = _batches(i, aggs.rows())
+                    final = _encoded_batches(i, map(_dumps, aggs.rows()))
                 elif p.op == "RETRIEVE_COMMON":
-                    final = _batches(i, _join(p, *sides))
-            for batch in final:          # at most FLUSH_BATCHES row batches a message
-                out.replies.append(batch)
-                rows_held += 1
-                if rows_held >= FLUSH_BATCHES:
+                    join = _Join(*sides)
+                    sides = [[], []]
+                    if join.count > MAX_JOIN_ROWS:
+                        raise SemanticError(
+                            f"RETRIEVE-COMMON: the join gives {join.count:,} rows, more than "
+                            f"{MAX_JOIN_ROWS:,} (MAX_JOIN_ROWS); narrow either side")
+                    final = _encoded_batches(i, join.rows())
+            # Made a batch at a time, the event loop turning between them (a join of a
+            # million rows takes seconds), at most FLUSH_BATCHES and MESSAGE_BUDGET bytes
+            # of them a message.
+            for k, (batch, size) in enumerate(final):
+                if rows_held and (rows_held >= FLUSH_BATCHES
+                                  or bytes_held + size > MESSAGE_BUDGET):
                     passed, out = out, pb.ExecuteReplies()
                     yield passed
-                    rows_held = 0
+                    rows_held = bytes_held = 0
+                elif k:
+                    await asyncio.sleep(0)
+                out.replies.append(batch)
+                rows_held += 1
+                bytes_held += size
             if p.op == "INSERT":
                 clusters = insert_clusters[i]
             # Built where it goes, once: a write's `done` is its acknowledgement, held until
@@ -250,6 +331,12 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
         # and waiting (e.g. for a silent peer's ids).
         await inbox.abort_and_wait(str(f.error))
         raise f.error from None
+    except (SemanticError, TrafficUnitAborted) as e:
+        # PP's own refusal (a join past its bound, a value no message carries, a sum
+        # past 64 bits): the unit is rolled back everywhere before the client hears it.
+        finished = True
+        await inbox.abort_and_wait(str(e))
+        raise
     finally:
         inbox.unregister()
         if not finished:      # the client went away: roll the traffic unit back everywhere

@@ -203,9 +203,10 @@ class Client:
              ) -> Iterator[pb.RequestDone]:
         """Bulk-insert records (values aligned with `attributes`); yields each batch's done.
 
-        Records travel in columnar batches of `chunk` (`mbds/columns.py`), several in
-        flight; each batch is one traffic unit, stored on every backend or on none. A
-        value the wire cannot carry (an integer beyond 64 bits, say) ends the stream
+        Records travel in columnar batches of `chunk`, or fewer when their bytes would
+        pass `LOAD_BYTES` (`mbds/columns.py`), several in flight; each batch is one
+        traffic unit, stored on every backend or on none. A value the wire cannot carry
+        (an integer beyond 64 bits, say) or a record no message can carry ends the stream
         before its batch is sent and is raised here, named: batches acknowledged before
         it stay loaded, as with any refused batch."""
         refused: list[str] = []

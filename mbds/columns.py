@@ -18,6 +18,7 @@ from typing import Any
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute
+from mbds.service import MESSAGE_BUDGET, too_large
 from mbds.values import Value, from_pb, to_pb
 
 TYPED = {int: pb.INTEGERS, float: pb.FLOATS, str: pb.STRINGS}
@@ -26,6 +27,9 @@ ACCEPTS = {"integer": (pb.INTEGERS,), "float": (pb.INTEGERS, pb.FLOATS),
            "string": (pb.STRINGS, pb.STRING_REFS)}
 # A string column goes by dictionary when its distinct values are at most this share.
 DICTIONARY_SHARE = 0.5
+# A load's batch holds its chunk of records, or fewer when their columns would be more
+# bytes than this (records of a few kB: 10,000 of them would not fit in one message).
+LOAD_BYTES = 16 << 20
 
 
 class ColumnError(ValueError):
@@ -137,10 +141,11 @@ def values(col: pb.Column, count: int) -> Iterable[Value]:
 def load_requests(file: str, attributes: list[str],
                   rows: Iterable[tuple[Sequence[Value], str | None]], chunk: int,
                   refused: list[str]) -> Iterator[pb.LoadRequest]:
-    """A load's records as columnar batches of `chunk`, numbered from 1. A record that
-    cannot go (a wrong number of values, a value the wire cannot carry) ends the
-    batches before its own, with its refusal in `refused`: raised inside gRPC's
-    request iterator it would come back as UNKNOWN, unnamed."""
+    """A load's records as columnar batches of `chunk` (fewer when they would be more
+    than LOAD_BYTES), numbered from 1. A record that cannot go (a wrong number of
+    values, a value the wire cannot carry, more bytes than a message carries) ends the
+    batches before its own, with its refusal in `refused`: raised inside gRPC's request
+    iterator it would come back as UNKNOWN, unnamed."""
     width, first, it = len(attributes), 1, iter(rows)
     while part := list(islice(it, chunk)):
         values = list(map(itemgetter(0), part))
@@ -150,13 +155,34 @@ def load_requests(file: str, attributes: list[str],
             refused.append(f"record {first + n}: {len(v)} values for {width} attributes")
             return
         try:
-            cols = encode_batch(values, width, first,
-                                bodies if bodies.count(None) < len(bodies) else None)
+            for cols in _fitted(values, bodies, width, first):
+                yield pb.LoadRequest(file=file, attributes=attributes, columns=cols)
         except ColumnError as e:
-            refused.append(f"record {first + e.index}: {e}")
+            refused.append(f"record {e.index}: {e}")
             return
-        yield pb.LoadRequest(file=file, attributes=attributes, columns=cols)
         first += len(part)
+
+
+def _fitted(values: Sequence[Sequence[Value]], bodies: Sequence[str | None], width: int,
+            first: int) -> Iterator[pb.LoadColumns]:
+    """Records numbered from `first` as batches of at most LOAD_BYTES (one record alone
+    may be more, up to what a message carries). Measured once encoded (`ByteSize`, a
+    fraction of the encoding's cost); a batch too large is split evenly and each part
+    encoded again. A ColumnError's index is the record's number in the load."""
+    try:
+        cols = encode_batch(values, width, first,
+                            bodies if bodies.count(None) < len(bodies) else None)
+    except ColumnError as e:
+        raise ColumnError(first + e.index, str(e)) from None
+    size = cols.ByteSize()
+    if size <= LOAD_BYTES or len(values) == 1:
+        if size > MESSAGE_BUDGET:
+            raise ColumnError(first, too_large("the record", size))
+        yield cols
+        return
+    step = -(-len(values) // min(len(values), -(-size // LOAD_BYTES)))
+    for i in range(0, len(values), step):
+        yield from _fitted(values[i:i + step], bodies[i:i + step], width, first + i)
 
 
 def decode(col: pb.Column, count: int) -> list[Value]:

@@ -12,12 +12,24 @@ import grpc
 
 # The largest gRPC message any process sends or takes (a row batch is held well under it).
 MAX_MESSAGE = 64 << 20
+# What the items joined into one message (traffic units, replies, row batches, a load's
+# records) may add up to: the limit less room for the message around them. An item
+# larger than this alone can never be sent, and is refused naming the limit.
+MESSAGE_BUDGET = MAX_MESSAGE - (1 << 20)
 # Every server's options. gRPC sets SO_REUSEPORT by default, which lets a second process
 # on a port in use share it silently (clients split between two controllers); off, the
 # second one fails to bind (`listen_on`).
 SERVER_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.so_reuseport", 0)]
 # Set in the environment of a process whose owner stops it (mbds/cluster.py).
 OWNED = "MBDS_OWNED"
+
+
+def too_large(what: str, size: int) -> str:
+    """The refusal of `what`, `size` bytes, that no message can carry."""
+    return (f"{what} is {size:,} bytes, more than a message may carry "
+            f"({MESSAGE_BUDGET:,} bytes of the {MAX_MESSAGE >> 20} MiB gRPC message limit, "
+            "MAX_MESSAGE)")
+
 
 async def until_stopped(ready: asyncio.Event | None = None) -> None:
     """Signal `ready` (tests, embedding) and return on SIGTERM or SIGINT."""
