@@ -168,11 +168,17 @@ def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select:
     where, wparams = recp_sql.where(replace(plan, clusters=clusters))
     cur = conn.execute(f"SELECT {_row(plan, select)} FROM {table(plan.schema.name)} "
                        f"WHERE {where}", sparams + wparams)
-    step = 10     # rows per fetch; adapts to the record size seen so far
+    step = 1      # rows per fetch; adapts to the record size seen so far
     while rows := cur.fetchmany(step):
         chunk = ",".join([r[0] for r in rows])
         step = max(1, min(STEP_ROWS, BATCH_BYTES // 4 // max(1, len(chunk) // len(rows))))
-        if (msg := out.add(chunk, len(rows))) is not None:
+        if len(rows) > 1 and len(chunk) > 2 * BATCH_BYTES:
+            # Rows larger than the ones before: a batch each, so no two large bodies
+            # share a message.
+            for (row,) in rows:
+                if (msg := out.add(row, 1)) is not None:
+                    yield msg
+        elif (msg := out.add(chunk, len(rows))) is not None:
             yield msg
 
 
@@ -258,8 +264,11 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
         for a, agg in items[k:k + ITEMS_PER_STATEMENT]:
             c, ps = _term(plan, a)
             total = {"SUM": f"SUM({c})", "AVG": f"TOTAL({c})"}.get(agg)
-            exprs += [total or "NULL", f"COUNT({c})", f"MIN({c})", f"MAX({c})"]
-            eparams += ps * (4 if total else 3)
+            # Only the extreme asked for: a MAX(BODY) of a large body carries it once.
+            lo, hi = (f"MIN({c})" if agg == "MIN" else "NULL"), \
+                (f"MAX({c})" if agg == "MAX" else "NULL")
+            exprs += [total or "NULL", f"COUNT({c})", lo, hi]
+            eparams += ps * (1 + bool(total) + (agg in ("MIN", "MAX")))
         statements.append((
             f"SELECT {key}, COUNT(*), {', '.join(exprs)} FROM {table(plan.schema.name)} "
             f"WHERE {where}" + (f" GROUP BY {key}" if by else ""),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.abdl import AbdlSyntaxError, parse
+from controller.abdl import AbdlSyntaxError, Insert, Retrieve, TextTooLong, parse
 
 AFTER_TARGETS = "RETRIEVE (A = 1) (B) "    # column 22: BY, COMMON or the end must follow
 
@@ -72,3 +72,57 @@ def test_exponents_in_either_case(literal: str, value: float) -> None:
 def test_columns_far_along_one_line(spaces: int) -> None:
     e = error(AFTER_TARGETS + " " * spaces + "junk")
     assert (e.line, e.column) == (1, 22 + spaces)
+
+
+RANGE = "integers are signed 64-bit, from -9223372036854775808 to 9223372036854775807"
+
+
+@pytest.mark.parametrize("literal, value", [
+    ("9223372036854775807", 2**63 - 1), ("-9223372036854775808", -2**63),
+    ("9223372036854775808", None), ("-9223372036854775809", None), ("10" * 20, None),
+])
+def test_integers_reach_both_ends_of_64_bits_and_no_further(literal: str,
+                                                            value: int | None) -> None:
+    text = f"RETRIEVE (A = {literal}) (B)"
+    if value is None:
+        e = error(text)
+        assert (e.found, e.detail) == (literal, f"number out of range '{literal}': {RANGE}")
+        return
+    [r] = parse(text).requests
+    assert isinstance(r, Retrieve)
+    [p] = r.query.conjunctions[0].predicates
+    assert p.value == value and type(p.value) is int
+
+
+@pytest.mark.parametrize("body", ["hello world", r"hello \} world"])
+def test_a_text_limit_counts_everything_but_record_bodies(body: str) -> None:
+    """`max_text` bounds the text outside record bodies (a body, plain or with escapes,
+    and its braces are data): one character over it and the parse stops."""
+    text = "[INSERT (<A, 1>) {" + body + "}; RETRIEVE (A = 1) (B)]"
+    outside = len(text) - len(body) - 2
+    insert = parse(text, outside).requests[0]
+    assert isinstance(insert, Insert) and insert.body == body.replace("\\}", "}")
+    with pytest.raises(TextTooLong):
+        parse(text, outside - 1)
+    with pytest.raises(TextTooLong):
+        parse("RETRIEVE (A = 1) (B)", 19)
+    assert len(parse("RETRIEVE (A = 1) (B)", 20).requests) == 1
+
+
+@pytest.mark.parametrize("literal, value", [
+    ("0e-400", 0.0), ("0e5", 0.0), ("-0.0E-999", -0.0), ("0.000", 0.0), ("5e-3", 0.005),
+    ("1e-400", None), ("-2.5E-999", None), ("0.0001e-400", None),
+])
+def test_a_float_that_a_double_holds_only_as_zero_is_refused(literal: str,
+                                                            value: float | None) -> None:
+    """A literal whose digits are not all zero but whose double is 0 would be stored as
+    0: it is refused as out of range; a zero written any way is a zero."""
+    text = f"RETRIEVE (A = {literal}) (B)"
+    if value is None:
+        e = error(text)
+        assert (e.found, e.detail) == (literal, f"number out of range '{literal}'")
+        return
+    [r] = parse(text).requests
+    assert isinstance(r, Retrieve)
+    [p] = r.query.conjunctions[0].predicates
+    assert p.value == value and type(p.value) is float

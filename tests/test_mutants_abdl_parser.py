@@ -22,6 +22,7 @@ from controller.abdl import (
     Retrieve,
     RetrieveCommon,
     TargetItem,
+    TextTooLong,
     TrafficUnit,
     Update,
     parse,
@@ -223,3 +224,18 @@ def test_a_reserved_word_as_a_target_item(text: str, column: int, word: str) -> 
     assert where(e) == (line, column, ("attribute name",), word)
     detail = f"'{word}' is a reserved word and cannot be an attribute name"
     assert (e.detail, str(e)) == (detail, f"line {line}, column {column}: {detail}")
+
+
+@pytest.mark.parametrize("text", [
+    "INSERT (<FILE, F>, <A, 1>, <B, 'two'>, <C, three>, <D, 4.5>)",
+    "RETRIEVE ((FILE = F) and (A > 1)) (B, C) BY A",
+    "[INSERT (<FILE, F>, <A, 1>) {a body}; DELETE ((FILE = F) and (A = 1))]",
+])
+def test_a_parse_stops_at_its_text_limit_wherever_that_falls(text: str) -> None:
+    """With `max_text`, text outside record bodies beyond it raises `TextTooLong`, at any
+    point of the request (among an INSERT's keywords too); up to it the parse is whole."""
+    limit = len(text) - (len("{a body}") if "{" in text else 0)
+    assert parse(text, limit) == parse(text)
+    for short in range(1, limit):
+        with pytest.raises(TextTooLong):
+            parse(text, short)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mbds.directory import Directory
-from tests.inproc import census
+from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
+from tests.inproc import census, census_iig
 
 
 def did(d: Directory, file: str, attr: str, label: object) -> int:
@@ -96,3 +98,100 @@ def test_a_record_key_must_have_a_value_per_directory_attribute() -> None:
         d.descriptor_key("CENSUS", ["CENSUS", "Carmel", 25])
     with pytest.raises(ValueError):
         d.descriptor_key("CENSUS", ["CENSUS", "Carmel", 25, "NY", "extra"])
+
+
+# CENSUS with a non-clustered index it did not have, and a new file named like one of
+# CENSUS's directory attributes (names of files and of attributes are apart).
+REDEFINED = """
+files:
+  CENSUS:
+    attributes: {CITY: string, POP: integer, AREA: float, STATE: string}
+    directory:
+      POP: {type: A, ranges: [[0, 999], [1000, 4999]]}
+      STATE: {type: B, values: [CA, NY]}
+      CITY: {type: C}
+    indexes: [AREA]
+  STATE:
+    attributes: {K: integer, V: string}
+    directory:
+      K: {type: A, ranges: [[0, 9], [10, 99]]}
+      V: {type: C}
+"""
+
+
+def searches(d: Directory) -> list[object]:
+    """What descriptor search and cluster search find in CENSUS and STATES."""
+    ca = d.descriptor_search(["CENSUS"], "STATE", "=", "CA")
+    small = d.descriptor_search(["CENSUS"], "POP", "<", 1000)
+    city = d.descriptor_search(["CENSUS"], "CITY", "=", "Albany")
+    code = d.descriptor_search(["STATES"], "CODE", "=", "NY")
+    return [ca, small, city, code, d.cluster_search("CENSUS", {"STATE": ca or set()}),
+            d.cluster_search("CENSUS", {"POP": small or set(), "CITY": city or set()}),
+            d.cluster_search("STATES", {"CODE": code or set()})]
+
+
+def test_files_taken_back_leave_the_directory_as_it_was() -> None:
+    """A definition not adopted everywhere is taken back: the re-indexed file gets its old
+    schema, the new one goes with its descriptors and clusters, the rest is untouched."""
+    iig = census_iig()
+    d = iig.directory
+    iig.cluster_of("STATES", ["STATES", "NY"], pb.DirectoryUpdate())
+    files, digest, found = dict(d.files), d.digest(), searches(d)
+    before = {"CENSUS": d.files["CENSUS"], "STATE": None}
+    out = iig.define(parse_definition(REDEFINED))
+    assert (out.reindexed, out.created) == (["CENSUS"], ["STATE"])
+    iig.cluster_of("STATE", ["STATE", 5, "x"], pb.DirectoryUpdate())
+    assert d.digest() != digest
+    d.restore_files(before)
+    assert d.files == files and d.files["CENSUS"] is files["CENSUS"]
+    assert d.digest() == digest
+    assert searches(d) == found
+    d.restore_files({"STATE": None, "NOWHERE": None})   # not there (or no more): no-op
+    assert d.files == files and searches(d) == found
+    # Defined again, the new file starts empty.
+    iig.define(parse_definition(REDEFINED))
+    assert d.cluster_search("STATE", {}) == set()
+
+
+def test_every_change_to_the_directory_starts_a_generation_never_seen_before() -> None:
+    """Plans are kept per generation: one seen twice would reuse a plan of another
+    directory."""
+    iig = census_iig()
+    d = iig.directory
+    seen = [d.generation]
+
+    def changed(expected: bool) -> None:
+        assert (d.generation != seen[-1]) is expected
+        seen.append(d.generation)
+
+    d.apply(d.to_update())                 # nothing new
+    changed(False)
+    before = {"CENSUS": d.files["CENSUS"], "STATE": None}
+    out = iig.define(parse_definition(REDEFINED))
+    changed(True)
+    d.restore_files(before)
+    changed(True)
+    copy = Directory()                     # a backend's copy: files, descriptors, clusters
+    g = copy.generation
+    copy.apply(pb.DirectoryUpdate(files=out.update.files))
+    assert copy.generation != g
+    g = copy.generation
+    copy.apply(pb.DirectoryUpdate(descriptors=out.update.descriptors))
+    assert copy.generation != g
+    update = pb.DirectoryUpdate()
+    iig.define(parse_definition(REDEFINED))
+    changed(True)
+    iig.cluster_of("STATE", ["STATE", 5, "x"], update)
+    changed(True)
+    g = copy.generation
+    copy.apply(pb.DirectoryUpdate(clusters=update.clusters))
+    assert copy.generation != g
+    # Re-indexing alone (a file at a newer revision, nothing else) is a change too.
+    reindexed = iig.define(parse_definition(REDEFINED.replace("[AREA]", "[AREA, CITY]")))
+    changed(True)
+    g = copy.generation
+    assert copy.apply(pb.DirectoryUpdate(files=reindexed.update.files)).files
+    assert copy.generation != g
+    d.restore_files({"STATE": None})
+    changed(True)
+    assert len(set(seen)) == len(seen) - 1        # only the update with nothing new

@@ -3,11 +3,16 @@ database, in process, for the mutants the other tests let live (docs/mutation.md
 
 from __future__ import annotations
 
-from backend import dm
+import json
+import sqlite3
+
+from backend import dm, recp_read, recp_write
 from backend.cc import IX, S, X
 from backend.plancache import PlanCache
+from backend.store import Store
 from mbds.proto import mbds_pb2 as pb
-from tests.inproc import census, plan, unit
+from mbds.values import from_pb, to_pb
+from tests.inproc import ROWS, census, plan, unit
 
 
 def test_a_conjunction_restricts_an_attribute_by_every_predicate_on_it() -> None:
@@ -101,3 +106,35 @@ def test_a_whole_file_side_does_not_hide_the_other_sides_locks() -> None:
                    "RETRIEVE ((FILE = States) and (CODE = NY)) (NAME)")
     assert dm.lock_set([rp]) == {("file", "CENSUS"): S, ("file", "STATES"): "IS",
                                  ("cluster", cids["NY"]): S}
+
+
+def test_a_plan_knows_whether_its_request_writes() -> None:
+    d, _ = census()
+    for text, writes in (("RETRIEVE (FILE = Census) (CITY)", False),
+                         ("RETRIEVE (FILE = Census) (CITY) COMMON (STATE, CODE) "
+                          "RETRIEVE (FILE = States) (NAME)", False),
+                         ("DELETE ((FILE = Census) and (POP > 1))", True),
+                         ("UPDATE ((FILE = Census) and (POP > 1)) <AREA = 2.5>", True)):
+        [rp] = plan(d, text)
+        assert rp.writes is writes, text
+    [rp] = dm.plan_requests(d, pb.TrafficUnit(requests=[insert_request([4])]), {})
+    assert rp.writes
+
+
+def test_recp_reads_the_targets_the_plan_names() -> None:
+    """The plan of a retrieve is what RECP runs: its rows are the request's targets, its
+    groups the request's aggregates."""
+    d, cids = census()
+    schema = d.files["CENSUS"]
+    conn = sqlite3.connect(":memory:")
+    Store._create_file_table(conn, schema)
+    recp_write.insert(conn, schema, [pb.PlacedRecord(
+        cluster_id=cids[city], values=[to_pb(v) for v in (city, pop, 1.5, state)])
+        for city, pop, state in ROWS])
+    [rp] = plan(d, "RETRIEVE ((FILE = Census) and (STATE = CA)) (POP, CITY)")
+    assert sorted(r for b in recp_read.read(conn, 0, rp) for r in json.loads(b.rows.rows_json)
+                  ) == [[25, "Monterey"], [2000, "Carmel"]]
+    [rp] = plan(d, "RETRIEVE (FILE = Census) (SUM(POP), MAX(CITY)) BY STATE")
+    got = {from_pb(r.group.key): (from_pb(r.group.sums[0]), from_pb(r.group.maxs[1]))
+           for r in recp_read.read(conn, 0, rp)}
+    assert got == {"CA": (2025, "Monterey"), "NY": (9000, "Albany")}

@@ -3,12 +3,15 @@ the mutants tests/test_directory.py lets live (docs/mutation.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from prometheus_client import REGISTRY
 
+from controller import load
 from controller.iig import Iig
 from controller.reqp import Reqp
-from mbds import metrics
+from mbds import columns, metrics
 from mbds.directory import Directory
 from mbds.errors import DefinitionError
 from mbds.proto import mbds_pb2 as pb
@@ -292,3 +295,183 @@ def test_a_moved_record_with_the_wrong_directory_values_is_refused() -> None:
     with_null[3] = None
     cid, _ = iig.place_moved("CENSUS", with_null)
     assert iig.directory.clusters[cid][0] == "CENSUS"
+
+
+# ----------------------------------------- a traffic unit with a columnar load batch --
+
+def census_batch(rows: list[list], bodies: list[str | None] | None = None) -> pb.LoadRequest:
+    """A columnar bulk-load chunk of census records (CITY, POP, AREA, STATE)."""
+    return pb.LoadRequest(file="CENSUS", attributes=["CITY", "POP", "AREA", "STATE"],
+                          columns=columns.encode_batch(rows, 4, 1, bodies))
+
+
+def batch_placed(tu: pb.TrafficUnit, i: int) -> list[tuple[int, list, Any]]:
+    """A backend's records of request i, a load batch: (cluster, values, body)."""
+    got = pb.LoadColumns.FromString(tu.requests[i].load_columns)
+    if not got.count:
+        return []
+    values = [columns.decode(c, got.count) for c in got.columns]
+    bodies = columns.decode(got.bodies, got.count)
+    return [(cid, list(rec), body) for cid, rec, body in zip(
+        got.cluster_ids, zip(*values, strict=True), bodies, strict=True)]
+
+
+def nonzero(counts: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
+    """Placement counts without the zeros (a cluster or backend with no records)."""
+    out = {cid: {b: n for b, n in per.items() if n} for cid, per in counts.items()}
+    return {cid: per for cid, per in out.items() if per}
+
+
+def place_batch_seen() -> float:
+    labels = {"process": "IIG", "handler": "place_batch", "backend": ""}
+    return REGISTRY.get_sample_value("mbds_handler_seconds_count", labels) or 0.0
+
+
+def test_a_unit_with_a_load_batch_gets_one_copy_per_backend_with_its_records() -> None:
+    """A load batch, an INSERT and a RETRIEVE in one traffic unit on two backends: each
+    backend's copy has every request, the batch's records dealt out per cluster and the
+    insert's record where it goes, the directory update and the predicate count; taken
+    back, the placement counts are as before."""
+    iig = census_iig()
+    d = iig.directory
+    albany = ["Albany", 3000, 1.5, "NY"]
+    batch = load.prepare(d, census_batch([albany, albany, ["Salinas", 40, None, "CA"], albany],
+                                         bodies=[None, "b", "", None]))
+    more, _ = Reqp(d).prepare("[INSERT (<FILE, Census>, <CITY, Carmel>, <POP, 2000>, "
+                              "<STATE, CA>); RETRIEVE ((FILE = Census) and (POP > 10)) (CITY)]")
+    prepared = [batch, *more]
+    backends = ["b0", "b1"]
+    before = ({c: dict(n) for c, n in iig.counts.items()}, dict(iig.totals))
+    update = pb.DirectoryUpdate()
+    timing = metrics.internal_timing()
+    metrics.set_internal_timing(True)
+    seen = place_batch_seen()
+    try:
+        units, touched = iig.place_unit(prepared, True, backends, update, 2)
+    finally:
+        metrics.set_internal_timing(timing)
+    assert place_batch_seen() - seen == 1            # one IIG "place_batch" per batch
+    assert touched == [2, 1, 0]
+    a, c = census_cluster(d, "Albany", 3000, "NY"), census_cluster(d, "Carmel", 2000, "CA")
+    s = census_cluster(d, "Salinas", 40, "CA")
+    assert batch_placed(units[0], 0) == [(a, albany, None), (a, albany, None)]
+    assert batch_placed(units[1], 0) == [(a, albany, "b"),
+                                         (s, ["Salinas", 40, None, "CA"], "")]
+    assert placed(units[0])[1] == [(c, ["Carmel", 2000, None, "CA"], None)]
+    assert placed(units[1])[1] == []
+    [new] = update.descriptors
+    assert (new.attr, from_pb(new.value)) == ("CITY", "Salinas")
+    assert [x.id for x in update.clusters] == [s]
+    for tu in units.values():
+        assert tu.transaction and tu.directory == update
+        assert [r.op for r in tu.requests] == [p.request.op for p in prepared]
+        assert [r.record_count for r in tu.requests] == [4, 1, 0]
+        assert (tu.predicate_count, tu.split_search) == (2, True)
+    iig.unplace(backends, units)
+    assert nonzero(iig.counts) == nonzero(before[0])
+    assert {b: n for b, n in iig.totals.items() if n} == {b: n for b, n in before[1].items()
+                                                          if n}
+    # Fewer predicates than the split threshold: searched whole on each backend.
+    units, touched = iig.place_unit(more[1:], False, backends, pb.DirectoryUpdate(), 3)
+    assert touched == [0]
+    assert [(tu.transaction, tu.predicate_count, tu.split_search) for tu in units.values()
+            ] == [(False, 2, False)] * 2
+
+
+def test_a_joining_backends_counts_steer_placement() -> None:
+    """A backend that joins reports its records per cluster: the next records of a
+    cluster go to the backend with fewer of it, then with fewer records overall."""
+    iig = census_iig()
+    d = iig.directory
+    a = census_cluster(d, "Albany", 3000, "NY")
+    m = census_cluster(d, "Monterey", 25, "CA")
+    iig.count_backend("b0", [pb.ClusterCount(cluster_id=a, records=2),
+                             pb.ClusterCount(cluster_id=m, records=1)])
+    iig.count_backend("b1", [pb.ClusterCount(cluster_id=a, records=1)])
+    iig.count_backend("b2", [])
+    assert iig.totals == {"b0": 3, "b1": 1, "b2": 0}
+    assert iig.choose_backend(a, ["b0", "b1"]) == 1        # 1 of it against 2
+    assert iig.choose_backend(a, ["b0", "b1"]) == 1        # 2 each: 2 records against 3
+    assert iig.choose_backend(a, ["b0", "b1"]) == 0        # 2 of it against 3
+    fresh = census_cluster(d, "Carmel", 2000, "CA")
+    assert iig.choose_backend(fresh, ["b1", "b2"]) == 1    # none of it; b2 has none at all
+    assert iig.choose_backend(fresh, ["b2", "b0"]) == 1    # b2 has one of it now
+
+
+def dealt(iig: Iig, rows: list[list], backends: list[str], first: int = 1,
+          attributes: list[str] | None = None) -> tuple[list[str], list[pb.TrafficUnit]]:
+    """Place one columnar batch (each record's body names it: r0, r1, ...): which backend
+    each record went to, in load order, and every backend's copy."""
+    attrs = attributes or ["CITY", "POP", "AREA", "STATE"]
+    chunk = pb.LoadRequest(file="CENSUS", attributes=attrs, columns=columns.encode_batch(
+        rows, len(attrs), first, [f"r{i}" for i in range(len(rows))]))
+    units = {b: pb.TrafficUnit(requests=[pb.Request(op=pb.INSERT)]) for b in range(len(backends))}
+    iig.place_inserts([load.prepare(iig.directory, chunk)], backends, pb.DirectoryUpdate(),
+                      units)
+    where = {body: backends[b] for b, tu in units.items() for _, _, body in batch_placed(tu, 0)}
+    return [where[f"r{i}"] for i in range(len(rows))], [units[b] for b in sorted(units)]
+
+
+def one_by_one(iig: Iig, rows: list[list], backends: list[str]) -> list[str]:
+    """Where `choose_backend` sends the same records one at a time (one cluster each)."""
+    return [backends[iig.choose_backend(census_cluster(iig.directory, r[0], r[1], r[3]),
+                                        backends)] for r in rows]
+
+
+ALBANY = ["Albany", 3000, None, "NY"]
+
+
+@pytest.mark.parametrize("reports, rows, backends, expected", [
+    # b0 has one Albany record: the next two go to the others, the third to b0 (all have
+    # one then, and b0 no more records overall than they).
+    ({"b0": [("Albany", 1)]}, [ALBANY] * 3, ["b0", "b1", "b2"], ["b1", "b2", "b0"]),
+    # b0 reports none of Albany but 5 of Monterey: none of Albany either way, fewer overall.
+    ({"b0": [("Albany", 0), ("Monterey", 5)]}, [ALBANY], ["b0", "b1"], ["b1"]),
+    # b1 joined with no records; b0 never reported: a tie, to the first.
+    ({"b1": []}, [ALBANY], ["b0", "b1"], ["b0"]),
+])
+def test_a_batch_deals_each_cluster_as_records_placed_one_by_one_would_go(
+        reports: dict[str, list[tuple[str, int]]], rows: list[list], backends: list[str],
+        expected: list[str]) -> None:
+    twins = census_iig(), census_iig()
+    for iig in twins:
+        cids = {c: census_cluster(iig.directory, *k) for c, k in (
+            ("Albany", ("Albany", 3000, "NY")), ("Monterey", ("Monterey", 25, "CA")))}
+        for name, counts in reports.items():
+            iig.count_backend(name, [pb.ClusterCount(cluster_id=cids[c], records=n)
+                                     for c, n in counts])
+    assert dealt(twins[0], rows, backends)[0] == expected
+    assert one_by_one(twins[1], rows, backends) == expected
+
+
+def test_a_batch_keeps_its_record_numbers_and_values_however_it_is_split() -> None:
+    """Whether the client's columns go on as they came, are rebuilt in the file's order,
+    or are split (one backend getting a single record), each backend's records keep
+    their values, bodies and the batch's first record number."""
+    salinas, carmel = ["Salinas", 40, 2.5, "CA"], ["Carmel", 2000, None, "CA"]
+    rows: list[list[Any]] = [ALBANY, salinas, carmel]
+    # In the file's order, on one backend: the client's columns as they came.
+    where, [tu] = dealt(census_iig(), rows, ["b0"], first=101)
+    assert where == ["b0"] * 3
+    got = pb.LoadColumns.FromString(tu.requests[0].load_columns)
+    assert got.first == 101
+    assert [(r, b) for _, r, b in batch_placed(tu, 0)] == [
+        (ALBANY, "r0"), (salinas, "r1"), (carmel, "r2")]
+    # Another order, without STATE (a directory attribute, all null): rebuilt.
+    iig = census_iig()
+    where, [tu] = dealt(iig, [[r[1], r[0]] for r in rows], ["b0"], first=7,
+                        attributes=["POP", "CITY"])
+    got = pb.LoadColumns.FromString(tu.requests[0].load_columns)
+    assert got.first == 7
+    assert [(r, b) for _, r, b in batch_placed(tu, 0)] == [
+        ([r[0], r[1], None, None], f"r{i}") for i, r in enumerate(rows)]
+    no_state: Any = None
+    assert {cid for cid, _, _ in batch_placed(tu, 0)} == {
+        census_cluster(iig.directory, r[0], r[1], no_state) for r in rows}
+    # Split: three clusters of one record over two backends, b1 getting one of them.
+    where, units = dealt(census_iig(), rows, ["b0", "b1"], first=50)
+    assert sorted(where) == ["b0", "b0", "b1"]
+    for b, tu in enumerate(units):
+        assert pb.LoadColumns.FromString(tu.requests[0].load_columns).first == 50
+        assert sorted((body, r) for _, r, body in batch_placed(tu, 0)) == [
+            (f"r{i}", rows[i]) for i in range(3) if where[i] == f"b{b}"]

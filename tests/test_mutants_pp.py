@@ -10,6 +10,7 @@ import pytest
 
 from controller import pp
 from controller.reqp import Prepared, Reqp
+from mbds.errors import TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 from mbds.values import to_pb
 from tests.inproc import census
@@ -100,10 +101,12 @@ COMMON = ("RETRIEVE (FILE = Census) (CITY, POP) COMMON (STATE, CODE) "
 def test_retrieve_common_joins_every_pair_with_equal_values() -> None:
     p = prepared(COMMON)
     # Each side's rows end with the hidden join value (STATE on the left, CODE on the right).
-    left = [["Monterey", 25, "CA"], ["Albany", 9000, "NY"], ["Carmel", 2000, "CA"],
-            ["Nowhere", None, None], [None, "NY", "TX"], ["Austin", None, "TX"]]
-    right = [["New York", "East", "NY"], ["California", "West", "CA"], ["Texas", None, "TX"],
-             ["Nothing", "CA", None], ["Calif.", "NY", "CA"]]
+    left: list[list[Any]] = [["Monterey", 25, "CA"], ["Albany", 9000, "NY"],
+                             ["Carmel", 2000, "CA"], ["Nowhere", None, None],
+                             [None, "NY", "TX"], ["Austin", None, "TX"]]
+    right: list[list[Any]] = [["New York", "East", "NY"], ["California", "West", "CA"],
+                              ["Texas", None, "TX"], ["Nothing", "CA", None],
+                              ["Calif.", "NY", "CA"]]
     assert pp._join(p, left, right) == [
         ["Albany", 9000, "New York", "East"],
         ["Monterey", 25, "California", "West"], ["Carmel", 2000, "California", "West"],
@@ -122,3 +125,152 @@ def test_rows_go_out_in_batches_of_at_most_batch_rows() -> None:
     [one] = pp._batches(1, [[1, "a"]])
     assert (one.request_index, one.rows.count, json.loads(one.rows.rows_json)) == (
         1, 1, [[1, "a"]])
+
+
+# --------------------------------------------------- what PP refuses to merge --
+
+def group(sums: list, counts: list[int], records: int, key: Any = None,
+          mins: int | None = None, maxs: int | None = None) -> pb.PartialGroup:
+    """A partial group as a backend sends it; `mins` / `maxs` default to one per sum."""
+    g = pb.PartialGroup(records=records, counts=counts)
+    for s in sums:
+        to_pb(s, g.sums.add())
+    for _ in range(len(sums) if mins is None else mins):
+        g.mins.add()
+    for _ in range(len(sums) if maxs is None else maxs):
+        g.maxs.add()
+    to_pb(key, g.key)
+    return g
+
+
+SUM_AVG = "RETRIEVE (FILE = Census) (SUM(POP), AVG(AREA))"
+
+
+@pytest.mark.parametrize("by", [True, False])
+def test_every_group_a_backend_computes_is_fit_to_merge(by: bool) -> None:
+    p = prepared(f"RETRIEVE (FILE = Census) ({AGGS})" + (" BY STATE" if by else ""))
+    merged = pp._Aggregates(p)
+    for g in partial(ROWS, by) + partial(ROWS[:1], by):
+        assert merged.fault(g) == ""
+    # A count may equal the group's records (every record has the attribute).
+    p = prepared(SUM_AVG + (" BY STATE" if by else ""))
+    key = "CA" if by else None
+    assert pp._Aggregates(p).fault(group([7, 2.5], [3, 3], 3, key)) == ""
+    assert pp._Aggregates(p).fault(group([None, None], [0, 0], 1, key)) == ""
+
+
+@pytest.mark.parametrize("sums, counts, mins, maxs", [
+    (1, 2, 2, 2), (2, 1, 2, 2), (2, 2, 1, 2), (2, 2, 2, 1), (3, 3, 3, 3), (0, 0, 0, 0),
+])
+def test_a_group_of_the_wrong_shape_is_refused_naming_its_shape(
+        sums: int, counts: int, mins: int, maxs: int) -> None:
+    g = group([1] * sums, [1] * counts, 1, mins=mins, maxs=maxs)
+    assert pp._Aggregates(prepared(SUM_AVG)).fault(g) == (
+        f"a partial group of {sums} sums, {counts} counts, {mins} mins and {maxs} maxs "
+        "for 2 aggregates")
+
+
+def test_a_group_counting_more_than_its_records_is_refused() -> None:
+    a = pp._Aggregates(prepared(SUM_AVG))
+    assert a.fault(group([7, 2.5], [3, 4], 3)) == \
+        "a partial group counting more than its 3 records"
+    assert a.fault(group([7, 2.5], [3, 3], 3)) == ""
+
+
+@pytest.mark.parametrize("bad, shown", [
+    ("many", "string 'many'"), (float("inf"), "float inf"), (float("-inf"), "float -inf"),
+    (float("nan"), "float nan"),
+])
+def test_a_sum_that_is_no_finite_number_is_refused_naming_it(bad: object,
+                                                             shown: str) -> None:
+    a = pp._Aggregates(prepared(SUM_AVG))
+    for sums in ([bad, 2.5], [7, bad]):
+        assert a.fault(group(sums, [1, 1], 1)) == f"a partial group whose sum is {shown}"
+    assert a.fault(group([-7, 1e308], [1, 1], 1)) == ""
+
+
+def test_a_key_is_refused_only_for_a_request_without_by() -> None:
+    without, by = pp._Aggregates(prepared(SUM_AVG)), pp._Aggregates(prepared(SUM_AVG + " BY CITY"))
+    keyed = group([7, 2.5], [1, 1], 1, "Monterey")
+    assert without.fault(keyed) == "a partial group with a BY key for a request without BY"
+    assert by.fault(keyed) == ""
+    # A key that is there but holds no value (as an empty message on the wire) is no key.
+    empty = group([7, 2.5], [1, 1], 1)
+    empty.key.SetInParent()
+    assert empty.HasField("key")
+    assert without.fault(empty) == "" and by.fault(empty) == ""
+
+
+def test_a_sum_beyond_64_bit_integers_aborts_the_unit_naming_its_item() -> None:
+    big = 2**63 - 1
+    p = prepared("RETRIEVE (FILE = Census) (COUNT(POP), SUM(POP)) BY STATE")
+    for parts in ([big, 1], [-big, -2]):
+        merged = pp._Aggregates(p)
+        for s in parts:
+            merged.add(group([None, s], [1, 1], 1, "CA"))
+        with pytest.raises(TrafficUnitAborted) as e:
+            merged.rows()
+        assert str(e.value) == "SUM(POP): a sum beyond 64-bit integers"
+    # The bounds themselves fit.
+    for parts, total in (([big - 1, 1], big), ([-big, -1], -big - 1)):
+        merged = pp._Aggregates(p)
+        for s in parts:
+            merged.add(group([None, s], [1, 1], 1, "CA"))
+        assert merged.rows() == [["CA", 2, total]]
+
+
+def test_an_average_of_a_total_beyond_64_bits_is_still_an_average() -> None:
+    """Only a SUM must fit in 64 bits: an AVG is a float, whatever its total."""
+    p = prepared("RETRIEVE (FILE = Census) (AVG(POP), COUNT(POP))")
+    merged = pp._Aggregates(p)
+    for s in (2**63 - 1, 2**63 - 1):
+        merged.add(group([s, None], [1, 1], 1))
+    assert merged.rows() == [[float(2**63 - 1), 2]]
+
+
+# ------------------------------------------------- a COMMON's rows, checked --
+
+WIDE_LEFT = ("RETRIEVE (FILE = Census) (CITY, POP, AREA) COMMON (STATE, CODE) "
+             "RETRIEVE (FILE = States) (NAME)")
+
+
+def side(n: int, rows: object, raw: bytes | None = None) -> pb.RowBatch:
+    return pb.RowBatch(side=n, rows_json=raw if raw is not None else json.dumps(rows).encode())
+
+
+def test_a_commons_rows_are_as_wide_as_their_sides_targets_and_the_join_value() -> None:
+    p = prepared(WIDE_LEFT)        # three targets on the left, one on the right
+    left: list[list[Any]] = [["Monterey", 25, 8.5, "CA"], ["Nowhere", None, None, None],
+                             [None, 1, 2.0, 7], ["Odd", 1, 2.0, 1.5]]
+    right: list[list[Any]] = [["California", "CA"], [None, None]]
+    assert pp._side(p, side(0, left)) == left
+    assert pp._side(p, side(1, right)) == right
+    assert pp._side(p, side(0, [])) == [] and pp._side(p, side(1, [])) == []
+    for n, rows, width in ((0, right, 4), (1, left, 2), (0, [left[0] + ["x"]], 4),
+                           (0, [left[0][1:]], 4), (1, [["California", [1], "CA"]], 2)):
+        with pytest.raises(ValueError) as e:
+            pp._side(p, side(n, rows))
+        assert str(e.value) == (f"rows of side {n} of a COMMON that are not rows of "
+                                f"{width} values ending with the join value")
+
+
+@pytest.mark.parametrize("rows", [
+    {}, {"a": 1}, 5, "CA", None, [["California", ["CA"]]], [["California", {"v": 1}]],
+    ["ab"], [5], [None], [[]],
+])
+def test_a_commons_rows_that_are_not_rows_of_plain_values_are_refused(rows: object) -> None:
+    with pytest.raises(ValueError) as e:
+        pp._side(prepared(WIDE_LEFT), side(1, rows))
+    assert str(e.value) == ("rows of side 1 of a COMMON that are not rows of 2 values "
+                            "ending with the join value")
+
+
+def test_a_commons_rows_of_another_side_or_not_json_are_refused() -> None:
+    p = prepared(COMMON)
+    for n in (2, 7):
+        with pytest.raises(ValueError) as e:
+            pp._side(p, side(n, [["a", "b", "CA"]]))
+        assert str(e.value) == f"rows of side {n} of a COMMON"
+    with pytest.raises(ValueError) as e:
+        pp._side(p, side(0, None, b"[[1, 2, "))
+    assert str(e.value).startswith("rows of side 0 of a COMMON that are not JSON (")

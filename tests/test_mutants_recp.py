@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -17,11 +18,12 @@ from mbds.schema import parse_definition
 from mbds.values import from_pb, to_pb
 from tests.conftest import CENSUS_YAML
 
-CENSUS = next(s for s in parse_definition(CENSUS_YAML) if s.name == "CENSUS")
+SCHEMAS = {s.name: s for s in parse_definition(CENSUS_YAML)}
+CENSUS, STATES = SCHEMAS["CENSUS"], SCHEMAS["STATES"]
 ATTRS = ["CITY", "POP", "AREA", "STATE"]          # the file's attribute order
 
 # cluster -> records (CITY, POP, AREA, STATE, body)
-RECORDS = {
+RECORDS: dict[int, list[tuple[Any, ...]]] = {
     1: [("Monterey", 25, 8.5, "CA", "by the sea"), ("Carmel", 2000, 1.0, "CA", None)],
     2: [("Albany", 9000, 21.0, "NY", ""), ("Buffalo", None, None, "NY", None)],
     3: [("Austin", 500, 300.0, "TX", None)],
@@ -57,6 +59,14 @@ def stored(conn: sqlite3.Connection) -> list[tuple]:
     """Every record as (cluster, CITY, POP, AREA, STATE, body), by city."""
     return sorted(conn.execute('SELECT cluster_id, "CITY", "POP", "AREA", "STATE", _body '
                                "FROM r_CENSUS"), key=lambda r: r[1])
+
+
+@pytest.fixture(autouse=True)
+def no_statement_texts_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test builds its own statements: a text cached by an earlier test (or by a
+    parent process the test process was forked from) would stand in for the one built
+    here, and hide what the test checks."""
+    monkeypatch.setattr(recp_read, "_TEXTS", {})
 
 
 ALL = sorted((cid, *r) for cid, recs in RECORDS.items() for r in recs)
@@ -101,22 +111,27 @@ def test_partial_aggregates_per_group() -> None:
     got = groups(conn, plan([1, 2, 3], [[("POP", ">", 100)], [("STATE", "=", "NY")]]),
                  ["POP", "AREA", "NAME"], "STATE")
     assert got == {
-        "CA": (1, [(2000, 1, 2000, 2000), (1.0, 1, 1.0, 1.0), (None, 0, None, None)]),
-        "NY": (2, [(9000, 1, 9000, 9000), (21.0, 1, 21.0, 21.0), (None, 0, None, None)]),
-        "TX": (1, [(500, 1, 500, 500), (300.0, 1, 300.0, 300.0), (None, 0, None, None)]),
+        "CA": (1, [(2000, 1, None, None), (1.0, 1, None, None), (None, 0, None, None)]),
+        "NY": (2, [(9000, 1, None, None), (21.0, 1, None, None), (None, 0, None, None)]),
+        "TX": (1, [(500, 1, None, None), (300.0, 1, None, None), (None, 0, None, None)]),
     }
 
 
 def test_partial_aggregates_without_by_and_over_some_clusters() -> None:
     conn = table()
     [(key, (records, [pop, city]))] = groups(conn, plan([1, 2]), ["POP", "CITY"], "").items()
-    assert (key, records, pop, city[1:]) == (None, 4, (11025, 3, 25, 9000),
-                                             (4, "Albany", "Monterey"))
-    # COUNT, MIN and MAX do not sum (an integer sum may overflow); AVG sums as a float.
+    assert (key, records, pop, city[1:]) == (None, 4, (11025, 3, None, None),
+                                             (4, None, None))
+    # COUNT, MIN and MAX do not sum (an integer sum may overflow); AVG sums as a float;
+    # MIN and MAX give only their own extreme.
+    [(_, (_, [pop, city]))] = groups(conn, plan([1, 2]), ["POP", "CITY"], "", "MIN").items()
+    assert (pop, city) == ((None, 3, 25, None), (None, 4, "Albany", None))
+    [(_, (_, [pop, city]))] = groups(conn, plan([1, 2]), ["POP", "CITY"], "", "MAX").items()
+    assert (pop, city) == ((None, 3, None, 9000), (None, 4, None, "Monterey"))
     [(_, (_, [pop]))] = groups(conn, plan([1, 2]), ["POP"], "", "COUNT").items()
-    assert pop == (None, 3, 25, 9000)
+    assert pop == (None, 3, None, None)
     [(_, (_, [pop]))] = groups(conn, plan([1, 2]), ["POP"], "", "AVG").items()
-    assert pop == (11025.0, 3, 25, 9000) and isinstance(pop[0], float)
+    assert pop == (11025.0, 3, None, None) and isinstance(pop[0], float)
     # Nothing matches: no group at all (rather than a group of no records).
     assert groups(conn, plan([1, 2], [[("POP", ">", 10**6)]]), ["POP"], "") == {}
     assert groups(conn, plan([]), ["POP"], "STATE") == {}
@@ -131,7 +146,7 @@ def test_delete_removes_the_matching_records_of_the_plans_clusters() -> None:
     assert [r[1] for r in stored(conn)] == ["Buffalo", "Monterey"]
 
 
-def modifier(attr: str, value: object = None, source: str = "", arith: str = "") -> pb.Modifier:
+def modifier(attr: str, value: Any = None, source: str = "", arith: str = "") -> pb.Modifier:
     m = pb.Modifier(attr=attr, source=source, arith=arith)
     to_pb(value, m.value)
     return m
@@ -198,3 +213,73 @@ def test_update_moving_of_the_state_keeps_the_other_values() -> None:
     assert recp_write.update_moving(conn, plan([3]), modifier("STATE", "OK"), cluster_of) == 1
     assert asked == [["CENSUS", "Austin", 500, "OK"]]
     assert [r for r in stored(conn) if r[0] == 99] == [(99, "Austin", 500, 300.0, "OK", None)]
+
+
+def test_the_same_targets_on_two_files_read_each_files_own_values() -> None:
+    conn = table()
+    Store._create_file_table(conn, STATES)
+    recp_write.insert(conn, STATES, [pb.PlacedRecord(
+        cluster_id=1, values=[to_pb(v) for v in ("CA", "California", "West")])])
+    for attrs in (["FILE", "POP", "NAME"], ["FILE", "POP", "NAME"]):   # the second: cached
+        assert retrieve(conn, plan([3]), attrs) == [["CENSUS", 500, None]]
+        assert retrieve(conn, FilePlan(STATES, [1], []), attrs) == [
+            ["STATES", None, "California"]]
+
+
+def test_aggregates_of_file_and_by_file() -> None:
+    """FILE is the file's name in an aggregate item and as the BY key (a bound value)."""
+    conn = table()
+    items = [("FILE", "COUNT"), ("POP", "SUM"), ("FILE", "MAX"), ("AREA", "AVG"),
+             ("FILE", "MIN")]
+    for by, key in (("FILE", "CENSUS"), ("", None)):
+        [reply] = recp_read.aggregate_groups(conn, plan([1, 2, 3]), items, by, 0)
+        g = reply.group
+        assert (from_pb(g.key), g.records) == (key, 5)
+        assert [(from_pb(g.sums[j]), g.counts[j], from_pb(g.mins[j]), from_pb(g.maxs[j]))
+                for j in range(len(items))] == [
+            (None, 5, None, None), (11525, 4, None, None),        # the extreme asked for
+            (None, 5, None, "CENSUS"), (330.5, 4, None, None),    # only, the rest null
+            (None, 5, "CENSUS", None)]
+
+
+def test_an_integer_sum_beyond_64_bits_is_refused_naming_the_sums() -> None:
+    conn = table()
+    recp_write.insert(conn, CENSUS, [placed(3, ("Big", 2**63 - 1, 1.0, "TX", None))])
+    items = [("POP", "SUM"), ("AREA", "COUNT"), ("AREA", "SUM"), ("POP", "AVG")]
+    with pytest.raises(OverflowError) as e:
+        list(recp_read.aggregate_groups(conn, plan([1, 3]), items, "STATE", 0))
+    assert str(e.value) == "SUM(POP), SUM(AREA): a sum beyond 64-bit integers"
+    # COUNT, MIN, MAX and AVG of the same records do not overflow.
+    [(_, (_, [pop]))] = groups(conn, plan([3]), ["POP"], "", "AVG").items()
+    assert pop == (float(2**63 - 1 + 500), 2, None, None)
+    [(_, (_, [pop]))] = groups(conn, plan([3]), ["POP"], "", "MAX").items()
+    assert pop == (None, 2, None, 2**63 - 1)
+
+
+@pytest.mark.parametrize("per_statement", [1, 2, 3])
+@pytest.mark.parametrize("by", ["STATE", "FILE", "CITY", ""])
+def test_many_items_split_over_statements_give_the_same_groups(
+        monkeypatch: pytest.MonkeyPatch, per_statement: int, by: str) -> None:
+    """Items beyond one statement's columns are computed by several statements, each
+    group's rows joined by its key: the same groups as one statement gives."""
+    conn = table()
+    recp_write.insert(conn, CENSUS, [placed(3, ("Big", 2**62, 1.0, "TX", None))])
+    items = [("POP", "SUM"), ("AREA", "AVG"), ("CITY", "MAX"), ("FILE", "COUNT"),
+             ("POP", "MIN"), ("NAME", "COUNT")]
+    p = plan([1, 2, 3], [[("POP", ">", 20)], [("STATE", "=", "NY")]])
+
+    def run() -> list:
+        return [(from_pb(r.group.key), r.group.records,
+                 [(from_pb(r.group.sums[j]), r.group.counts[j], from_pb(r.group.mins[j]),
+                   from_pb(r.group.maxs[j])) for j in range(len(items))])
+                for r in recp_read.aggregate_groups(conn, p, items, by, 0)]
+
+    whole = run()
+    assert len(whole) == {"STATE": 3, "FILE": 1, "CITY": 6, "": 1}[by]
+    monkeypatch.setattr(recp_read, "ITEMS_PER_STATEMENT", per_statement)
+    assert run() == whole
+    # An overflow in any of the statements is named by every SUM item.
+    recp_write.insert(conn, CENSUS, [placed(3, ("Big", 2**62, 1.0, "TX", None))])
+    with pytest.raises(OverflowError) as e:
+        run()
+    assert str(e.value) == "SUM(POP): a sum beyond 64-bit integers"

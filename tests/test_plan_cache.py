@@ -221,3 +221,76 @@ def test_a_unit_whose_requests_are_over_the_key_bound_is_not_kept() -> None:
     assert len(cache.shapes) == 1
     cache.checked(named(at_bound + 1))
     assert len(cache.shapes) == 1
+
+
+# Predicates 0 (FILE), 1 (POP, ranges), 2 (AREA, no descriptors) of one unit.
+SPLIT = "RETRIEVE ((FILE = Census) and (POP > 1000) and (AREA = 2.5)) (CITY)"
+
+
+def test_a_split_unit_must_count_its_requests_predicates() -> None:
+    """Who sends ids and who waits for them is worked out from the unit's m: a unit whose
+    m is not its requests' own is refused, checked anew or found in the cache."""
+    iig = census_iig()
+    cache = PlanCache(iig.directory, "t")
+    for m, split in ((3, True), (3, False), (5, False)):
+        tu = unit(iig.directory, SPLIT)
+        tu.predicate_count, tu.split_search = m, split
+        for _ in range(2):                   # a miss, then a hit
+            assert cache.checked(tu).predicates == 3
+    for m in (2, 4):
+        tu = unit(iig.directory, SPLIT)
+        tu.predicate_count, tu.split_search = m, True
+        for _ in range(2):
+            with pytest.raises(BadMessage) as e:
+                cache.checked(tu)
+            assert str(e.value) == f"the unit counts {m} predicates; its requests have 3"
+
+
+def test_a_peers_share_is_checked_and_trusted_again_only_while_the_directory_lasts() -> None:
+    iig = census_iig()
+    d = iig.directory
+    cache = PlanCache(d, "t")
+    tu = unit(d, SPLIT)
+    shape = cache.checked(tu)
+    file_did = d.at[("CENSUS", "FILE")].eq["CENSUS"]
+    pop = sorted(d.descriptor_search(["CENSUS"], "POP", ">", 1000) or ())
+    share0 = [pb.PredicateDescriptors(predicate_index=0, descriptor_ids=[file_did]),
+              pb.PredicateDescriptors(predicate_index=2, unrestricted=True)]
+    share1 = [pb.PredicateDescriptors(predicate_index=1, descriptor_ids=pop)]
+    for _ in range(2):                       # checked, then the same share again
+        assert cache.peer_share(shape, tu, 0, 2, share0) == {0: {file_did}, 2: None}
+        assert cache.peer_share(shape, tu, 1, 2, share1) == {1: set(pop)}
+    with pytest.raises(BadMessage, match=r"^a predicate's ids sent twice$"):
+        cache.peer_share(shape, tu, 0, 2, [*share0, share0[0]])
+    # Another share from the same sender is checked, though one of its passed before.
+    bad = [pb.PredicateDescriptors(predicate_index=1, descriptor_ids=[*pop, 10**6])]
+    with pytest.raises(BadMessage, match="1000000 is not one of its attribute's descriptors"):
+        cache.peer_share(shape, tu, 1, 2, bad)
+    with pytest.raises(BadMessage, match=r"^predicate 2 on 'AREA' sent with ids"):
+        cache.peer_share(shape, tu, 0, 2, [share0[0], pb.PredicateDescriptors(
+            predicate_index=2, descriptor_ids=[file_did])])
+    with pytest.raises(BadMessage, match=r"^no ids for predicate 1"):
+        cache.peer_share(shape, tu, 1, 2, [])
+
+
+def test_a_share_that_passed_on_an_older_directory_is_checked_again() -> None:
+    """A share checked after the directory moved on is not kept: the next change (here a
+    definition taken back) may make it wrong."""
+    iig = census_iig()
+    d = iig.directory
+    [schema] = parse_definition("files:\n  EXTRA:\n    attributes: {K: integer}\n"
+                                "    directory:\n      K: {type: C}\n")
+    d.apply(pb.DirectoryUpdate(files=[file_schema_to_pb(schema)]))
+    iig.resync()
+    iig.cluster_of("EXTRA", ["EXTRA", 5], pb.DirectoryUpdate())
+    cache = PlanCache(d, "t")
+    tu = unit(d, "RETRIEVE ((FILE = Extra) and (K = 5)) (K)")
+    shape = cache.checked(tu)
+    iig.cluster_of("EXTRA", ["EXTRA", 6], pb.DirectoryUpdate())      # a newer directory
+    five = sorted(d.descriptor_search(["EXTRA"], "K", "=", 5) or ())
+    share = [pb.PredicateDescriptors(predicate_index=1, descriptor_ids=five)]
+    for _ in range(2):
+        assert cache.peer_share(shape, tu, 1, 2, share) == {1: set(five)}
+    d.restore_files({"EXTRA": None})
+    with pytest.raises(BadMessage, match=r"^predicate 1 on 'K' sent with ids"):
+        cache.peer_share(shape, tu, 1, 2, share)
