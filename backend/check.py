@@ -163,7 +163,7 @@ def _modifier(directory: Directory, req: pb.Request, files: set[str]) -> None:
 def _load_batch(directory: Directory, schema: FileSchema, batch: pb.LoadColumns) -> None:
     """A columnar batch, per column: its clusters the file's, each column's length the
     batch's and its kind its attribute's type (values one by one only in a VALUES
-    column). The error names the batch's bad record by its number in the load."""
+    column). The error names the batch's bad record (`record`)."""
     n = batch.count
     if len(batch.cluster_ids) != n or len(batch.columns) != len(schema.attributes):
         raise BadMessage(f"a batch of {n} records of {schema.name} has "
@@ -179,7 +179,15 @@ def _load_batch(directory: Directory, schema: FileSchema, batch: pb.LoadColumns)
             columns.check(a, c, n, schema.name, refs=False)
         columns.check(Attribute("BODY", "string"), batch.bodies, n, schema.name, refs=False)
     except columns.ColumnError as e:
-        raise BadMessage(f"record {batch.first + e.index}: inserted value: {e}") from None
+        raise BadMessage(f"{record(batch, e.index)}: inserted value: {e}") from None
+
+
+def record(batch: pb.LoadColumns, i: int) -> str:
+    """Record i of a batch, by its number in the load when the batch is a run of it, or
+    by its place in this backend's share of a batch split over the backends."""
+    if batch.first:
+        return f"record {batch.first + i}"
+    return f"record {i + 1} of this backend's share of its batch"
 
 
 def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterable
 from itertools import repeat
 
-from backend.check import BadMessage
+from backend.check import BadMessage, record
 from backend.store import col, table
 from backend.undo import UndoLog
 from mbds import columns
@@ -67,7 +67,7 @@ def insert(conn: sqlite3.Connection, schema: FileSchema, batch: pb.LoadColumns,
         for c in (*batch.columns, batch.bodies):
             i = columns.bad_reference(c)
             if i is not None:
-                raise BadMessage(f"record {batch.first + i}: a dictionary reference "
+                raise BadMessage(f"{record(batch, i)}: a dictionary reference "
                                  "beyond its column's values") from None
         raise
     if undo is not None:

@@ -345,7 +345,9 @@ class Iig:
         file's order, the client's columns are passed on as they came: their bytes,
         followed by those of the cluster ids (serialized messages concatenated merge).
         Split over backends, each column keeps its kind (`columns.take`)."""
-        head = pb.LoadColumns(count=len(cids), first=batch.first, cluster_ids=cids)
+        # A share of a split batch is not a run of the load's records: it has no first.
+        head = pb.LoadColumns(count=len(cids), first=batch.first if idx is None else 0,
+                              cluster_ids=cids)
         if idx is None:
             if batch.source is not None:
                 return batch.source.SerializeToString() + head.SerializeToString()

@@ -384,6 +384,28 @@ def test_a_batch_a_backend_fails_lands_on_no_backend(cluster_factory) -> None:
     assert stored(r) == {"b0": [], "b1": []}      # b0 had prepared its half: undone
 
 
+def test_the_backend_names_a_bad_record_of_a_split_batch_by_its_share() -> None:
+    """A batch split over backends gives each a share that is no run of the load: a
+    backend refusing one of its records names it by its place in its share, not by a
+    load number it cannot know (it named the batch's first record's number plus its
+    place in the share, another record)."""
+    iig = census_iig()
+    units = {b: pb.TrafficUnit(requests=[pb.Request(op=pb.INSERT, file="CENSUS")])
+             for b in (0, 1)}
+    p = prepare(chunk([census_row(i) for i in range(6)], first=101))
+    assert p.batch is not None
+    iig.place_batch(0, p.batch, ["b0", "b1"], pb.DirectoryUpdate(), units)
+    directory = Directory()
+    directory.apply(iig.directory.to_update())
+    share = pb.LoadColumns.FromString(units[1].requests[0].load_columns)
+    assert share.first == 0 and share.count == 3
+    share.columns[1].CopyFrom(pb.Column(kind=pb.STRINGS, strings=["x"] * 3))   # POP
+    units[1].requests[0].load_columns = share.SerializeToString()
+    with pytest.raises(check.BadMessage, match="^record 1 of this backend's share of its "
+                                               "batch: inserted value: "):
+        check.traffic_unit(directory, units[1])
+
+
 # ------------------------------------------------------------------ the bar --
 def test_the_progress_bar_reaches_the_total() -> None:
     console = Console(file=io.StringIO(), record=True, force_terminal=True, width=120)
