@@ -53,17 +53,11 @@ def _cached(schema: FileSchema, key: tuple[object, ...], build: Callable[[], T])
 
 
 def _select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[object]]:
-    """The select list of `attrs` on the plan's file (cached per file and targets)."""
+    """A record's `attrs` on the plan's file as one JSON array in SQL (cached per file and
+    targets): `recp_sql.json_array` of their terms, so a row may have more values than
+    SQLite lets one function call have (`RETRIEVE (ALL)` of a file of 256 attributes has
+    258)."""
     return _cached(plan.schema, ("select", *attrs), lambda: _build_select_list(plan, attrs))
-
-
-def _row(plan: FilePlan, select: str) -> str:
-    """A record's JSON array in SQL, from its select list (`_select_list`):
-    `recp_sql.json_array` of its terms, so a row may have more values than SQLite lets one
-    function call have (`RETRIEVE (ALL)` of a file of 256 attributes has 258). No term
-    `_term` makes holds ", " (names are identifiers), so the list splits back into them."""
-    return _cached(plan.schema, ("row", select),
-                   lambda: recp_sql.json_array(select.split(", ")))
 
 
 def _term(plan: FilePlan, a: str, encoded: bool = False) -> tuple[str, list[object]]:
@@ -87,7 +81,7 @@ def _build_select_list(plan: FilePlan, attrs: list[str]) -> tuple[str, list[obje
         expr, ps = _term(plan, a, encoded=True)
         exprs.append(expr)
         params += ps
-    return ", ".join(exprs), params
+    return recp_sql.json_array(exprs), params
 
 
 def batch_full(count: int, size: int) -> bool:
@@ -166,7 +160,7 @@ def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select:
     """Rows of `clusters` fetched one by one through the cluster index (a Python string
     per row): for predicates a non-clustered index answers, and for small clusters."""
     where, wparams = recp_sql.where(replace(plan, clusters=clusters))
-    cur = conn.execute(f"SELECT {_row(plan, select)} FROM {table(plan.schema.name)} "
+    cur = conn.execute(f"SELECT {select} FROM {table(plan.schema.name)} "
                        f"WHERE {where}", sparams + wparams)
     step = 1      # rows per fetch; adapts to the record size seen so far
     while rows := cur.fetchmany(step):
@@ -211,7 +205,7 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
     scope = "" if plan.every_cluster else "cluster_id = ? AND "
     sql = _cached(plan.schema, ("pages", select, scope, cond), lambda: (
         f"SELECT group_concat(j), count(*), max(rid) FROM (SELECT rid, "
-        f"{_row(plan, select)} AS j FROM {table(plan.schema.name)} "
+        f"{select} AS j FROM {table(plan.schema.name)} "
         f"WHERE {scope}rid > ? AND {cond} ORDER BY rid LIMIT ?)"))
     scopes: list[list[object]] = [[]] if plan.every_cluster else [[c] for c in plan.clusters]
     want, row_bytes, rows = 50, 0, 0   # a small first page learns the row size

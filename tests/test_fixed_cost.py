@@ -228,9 +228,9 @@ def test_statement_texts_follow_a_redefined_file() -> None:
     """A redefinition replaces the file's schema: its statements are built anew, never
     taken from the old schema's (an attribute it dropped reads as NULL)."""
     old, new = _schema("A", "B"), _schema("A")
-    assert recp_read._select_list(FilePlan(old, [1]), ["A", "B"])[0] == '"A", "B"'
-    assert recp_read._select_list(FilePlan(new, [1]), ["A", "B"])[0] == '"A", NULL'
-    assert recp_read._select_list(FilePlan(old, [1]), ["B"])[0] == '"B"'
+    assert recp_read._select_list(FilePlan(old, [1]), ["A", "B"])[0] == 'json_array("A", "B")'
+    assert recp_read._select_list(FilePlan(new, [1]), ["A", "B"])[0] == 'json_array("A", NULL)'
+    assert recp_read._select_list(FilePlan(old, [1]), ["B"])[0] == 'json_array("B")'
     indexed = FileSchema("F", [Attribute("A", "integer", indexed=True)])
     plan = FilePlan(indexed, [1], conjunctions=[[("A", "=", 1)]])
     assert not recp_read._pageable(plan)
