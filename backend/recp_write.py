@@ -19,7 +19,7 @@ from backend.store import col, table
 from backend.undo import UndoLog
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
-from mbds.values import Value, from_pb
+from mbds.values import INT64_RANGE, Value, from_pb
 
 Place = Callable[[str, list[Value]], int]
 
@@ -53,9 +53,12 @@ _OVERFLOWED = {"float": "abs({e}) > 1.7976931348623157e308", "integer": "typeof(
 
 def _out_of_range(plan: FilePlan, m: pb.Modifier, result: Value) -> OutOfRange:
     a = plan.schema.by_name[m.attr]
+    # SQLite's integer overflow is a float, which may print as if it were in range
+    # (9.223372036854776e+18): the range is named.
+    bounds = f" ({INT64_RANGE})" if a.type == "integer" else ""
     return OutOfRange(f"{plan.schema.name}.{m.attr} = {m.source} {m.arith} "
                       f"{from_pb(m.value)!r} gives {result!r} for a record, out of the "
-                      f"range of {a.type}; nothing was updated")
+                      f"range of {a.type}{bounds}; nothing was updated")
 
 
 def _check_range(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier, expr: str,

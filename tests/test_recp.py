@@ -177,7 +177,9 @@ def test_arithmetic_that_leaves_its_type_is_refused_before_anything_is_written(
     plan = FilePlan(CENSUS, [1, 2], [[]], True)
     with pytest.raises(recp_write.OutOfRange, match=rf"^CENSUS\.(POP|AREA) = .* gives "
                              rf"{re.escape(result)} for a record, out of the range of "
-                             r"(integer|float); nothing was updated$"):
+                             r"(integer \(integers are signed 64-bit, from "
+                             r"-9223372036854775808 to 9223372036854775807\)|float); "
+                             r"nothing was updated$"):
         if moving:
             recp_write.update_moving(conn, plan, p.request.modifier, lambda f, v: 1)
         else:
