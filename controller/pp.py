@@ -139,8 +139,9 @@ def _join(p: Prepared, left: list[list[Any]], right: list[list[Any]]) -> list[li
 
 def _side(p: Prepared, rows: pb.RowBatch) -> list[list[Any]]:
     """A backend's rows of one side of a COMMON, checked: a list of rows as wide as that
-    side's targets and the join attribute, the join value last and a plain value (it is a
-    key of the join's index). Raises ValueError naming what does not fit."""
+    side's targets and the join attribute, the join value last, each a plain value (a
+    stored value; the join value is a key of the join's index). Raises ValueError naming
+    what does not fit."""
     if rows.side not in (0, 1):
         raise ValueError(f"rows of side {rows.side} of a COMMON")
     width = (p.left_width if rows.side == 0 else len(p.columns) - p.left_width) + 1
@@ -150,10 +151,10 @@ def _side(p: Prepared, rows: pb.RowBatch) -> list[list[Any]]:
         raise ValueError(f"rows of side {rows.side} of a COMMON that are not JSON ({e})"
                          ) from None
     if not isinstance(decoded, list) or not all(
-            isinstance(r, list) and len(r) == width and isinstance(r[-1], _JOINABLE)
-            for r in decoded):
+            isinstance(r, list) and len(r) == width
+            and all(isinstance(v, _JOINABLE) for v in r) for r in decoded):
         raise ValueError(f"rows of side {rows.side} of a COMMON that are not rows of "
-                         f"{width} values ending with the join value")
+                         f"{width} plain values ending with the join value")
     return decoded
 
 

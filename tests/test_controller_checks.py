@@ -487,10 +487,10 @@ MISFITS = {
     "a partial group for request 0, which has no aggregates":
         (CITIES, lambda r: r.group.CopyFrom(pb.PartialGroup(records=1))),
     "rows of side 2 of a COMMON": (JOINED, side(2)),
-    "rows of side 0 of a COMMON that are not rows of 2 values ending with the join value":
-        (JOINED, side(0, b'[["a"]]')),
-    "rows of side 1 of a COMMON that are not rows of 2 values ending with the join value":
-        (JOINED, side(1, b'[[1, ["a"]]]')),
+    "rows of side 0 of a COMMON that are not rows of 2 plain values ending with the join "
+    "value": (JOINED, side(0, b'[[{"a": 1}, "b"]]')),       # a target no value is
+    "rows of side 1 of a COMMON that are not rows of 2 plain values ending with the join "
+    "value": (JOINED, side(1, b'[[1, 2, ["a"]]]')),         # too wide, a list to join on
     "rows of side 0 of a COMMON that are not JSON (Expecting value: line 1 column 2 "
     "(char 1))": (JOINED, side(0, b"[")),
 }

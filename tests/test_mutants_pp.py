@@ -251,7 +251,7 @@ def test_a_commons_rows_are_as_wide_as_their_sides_targets_and_the_join_value() 
         with pytest.raises(ValueError) as e:
             pp._side(p, side(n, rows))
         assert str(e.value) == (f"rows of side {n} of a COMMON that are not rows of "
-                                f"{width} values ending with the join value")
+                                f"{width} plain values ending with the join value")
 
 
 @pytest.mark.parametrize("rows", [
@@ -261,7 +261,7 @@ def test_a_commons_rows_are_as_wide_as_their_sides_targets_and_the_join_value() 
 def test_a_commons_rows_that_are_not_rows_of_plain_values_are_refused(rows: object) -> None:
     with pytest.raises(ValueError) as e:
         pp._side(prepared(WIDE_LEFT), side(1, rows))
-    assert str(e.value) == ("rows of side 1 of a COMMON that are not rows of 2 values "
+    assert str(e.value) == ("rows of side 1 of a COMMON that are not rows of 2 plain values "
                             "ending with the join value")
 
 
@@ -274,3 +274,88 @@ def test_a_commons_rows_of_another_side_or_not_json_are_refused() -> None:
     with pytest.raises(ValueError) as e:
         pp._side(p, side(0, None, b"[[1, 2, "))
     assert str(e.value).startswith("rows of side 0 of a COMMON that are not JSON (")
+
+
+# ------------------------------------- a join's rows and count, and their batches --
+
+def test_a_joins_count_is_its_rows_known_before_any_is_made() -> None:
+    left: list[list[Any]] = [["Monterey", "CA"], ["Albany", "NY"], ["Carmel", "CA"],
+                             ["Nowhere", None]]
+    right: list[list[Any]] = [["California", "CA"], ["New York", "NY"], ["Texas", "TX"],
+                              ["Calif.", "CA"], ["Nothing", None]]
+    join = pp._Join(left, right)
+    assert join.count == 5
+    assert [json.loads(r) for r in join.rows()] == [
+        ["Monterey", "California"], ["Carmel", "California"], ["Albany", "New York"],
+        ["Monterey", "Calif."], ["Carmel", "Calif."]]
+    assert pp._Join(left, []).count == pp._Join([], right).count == 0
+    # 3,000 records joining 3,000 on one value: 9 million rows, counted, none made.
+    many = [[i, "CA"] for i in range(3000)]
+    assert pp._Join(many, many).count == 9_000_000
+
+
+def test_a_side_with_only_the_join_value_adds_no_column() -> None:
+    """A row of a side with no targets is the join value alone: each pair's row is then
+    the other side's targets (the merge takes sides of any width)."""
+    p = prepared(COMMON)
+    bare: list[list[Any]] = [["CA"], ["NY"], ["CA"]]
+    wide: list[list[Any]] = [["California", "West", "CA"], ["Texas", None, "TX"]]
+    assert pp._join(p, bare, wide) == [["California", "West"], ["California", "West"]]
+    assert pp._join(p, wide, bare) == [["California", "West"], ["California", "West"]]
+    assert pp._join(p, bare, bare[:1]) == [[], []]
+
+
+def test_a_batch_is_the_rows_compact_json_and_its_size_is_its_bytes() -> None:
+    [one] = pp._batches(2, [[1, "a b", None, 2.5], ["x", [3, 4]]])
+    assert one.rows.rows_json == b'[[1,"a b",null,2.5],["x",[3,4]]]'
+    joined = pp._Join([["Carmel", 2000, "CA"]], [["California", "West", "CA"]]).rows()
+    batches = list(pp._encoded_batches(4, joined))
+    assert [(b.request_index, b.rows.count, b.rows.rows_json, size) for b, size in batches] \
+        == [(4, 1, b'[["Carmel",2000,"California","West"]]', 37)]
+
+
+def row(n: int) -> str:
+    """An encoded row of exactly n bytes."""
+    return '["' + "x" * (n - 4) + '"]'
+
+
+def boundaries(rows: list[str]) -> list[int]:
+    """The rows in each batch, checking that each batch is its rows in order."""
+    out, at = [], 0
+    for reply, size in pp._encoded_batches(0, iter(rows)):
+        n = reply.rows.count
+        assert reply.rows.rows_json == ("[" + ",".join(rows[at:at + n]) + "]").encode()
+        assert size == len(reply.rows.rows_json)
+        out.append(n)
+        at += n
+    assert at == len(rows)
+    return out
+
+
+def test_a_batch_holds_rows_up_to_batch_bytes_between_its_brackets() -> None:
+    """A batch's rows, with the commas between them, are at most REPLY_BATCH_BYTES (a
+    single row may be more): the next row starts a batch when it would pass that."""
+    b = pp.REPLY_BATCH_BYTES
+    assert boundaries([row(100), row(b - 101)]) == [2]          # exactly b
+    assert boundaries([row(100), row(b - 100)]) == [1, 1]       # one byte more
+    assert boundaries([row(100), row(200), row(b - 302)]) == [3]
+    assert boundaries([row(100), row(200), row(b - 301)]) == [2, 1]
+    # After a cut the next batch counts from nothing.
+    assert boundaries([row(b), row(100), row(b - 101), row(5)]) == [1, 2, 1]
+    assert boundaries([row(b + 10), row(b + 10), row(5), row(6)]) == [1, 1, 2]
+    # Rows cut first by count, then by bytes.
+    small = [row(10)] * (pp.REPLY_BATCH_ROWS + 1)
+    assert boundaries(small + [row(b - 10)]) == [pp.REPLY_BATCH_ROWS, 1, 1]
+
+
+def test_a_row_no_message_can_carry_is_refused_naming_its_size() -> None:
+    from mbds.service import MAX_MESSAGE, MESSAGE_BUDGET
+
+    # A row of exactly the budget is taken: the refusal is the next row's, one byte over.
+    rows = iter([row(10), row(MESSAGE_BUDGET), row(MESSAGE_BUDGET + 1)])
+    with pytest.raises(TrafficUnitAborted) as e:
+        list(pp._encoded_batches(5, rows))
+    assert str(e.value) == (
+        f"a row of request 5's answer is {MESSAGE_BUDGET + 1:,} bytes, more than a message "
+        f"may carry ({MESSAGE_BUDGET:,} bytes of the {MAX_MESSAGE >> 20} MiB gRPC message "
+        "limit, MAX_MESSAGE)")
