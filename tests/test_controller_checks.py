@@ -365,6 +365,18 @@ async def with_census(c: Coordinator) -> None:
                     "INSERT (<FILE, Census>, <CITY, b>, <POP, 2>)]")
 
 
+async def refused_then_served(c: Coordinator, tap: Tap, text: str, fault: str) -> None:
+    """`text` fails, refusing b0's reply for `fault`; with the tap passing replies on as
+    they are again, the next unit is answered as ever."""
+    with pytest.raises(TrafficUnitAborted) as err:
+        await answer(c, text)
+    assert str(err.value) == (f"traffic unit aborted: refused a reply from backend "
+                              f"b0 ({c.links[0].address}): {fault}")
+    tap.replies = list
+    [res] = await answer(c, COUNT)
+    assert res.records == [{"COUNT(CITY)": 2}]
+
+
 def second_done(replies: list[pb.BackendReply]) -> list[pb.BackendReply]:
     out = []
     for r in replies:
@@ -401,14 +413,8 @@ def test_a_stray_reply_fails_its_unit_at_once_naming_its_backend(
             await with_census(c)
             tap.replies = doctor
             t0 = time.monotonic()
-            with pytest.raises(TrafficUnitAborted) as err:
-                await answer(c, COUNT)
+            await refused_then_served(c, tap, COUNT, fault)
             assert time.monotonic() - t0 < timeout / 2, "it waited for its deadline"
-            assert str(err.value) == (f"traffic unit aborted: refused a reply from backend "
-                                      f"b0 ({c.links[0].address}): {fault}")
-            tap.replies = list
-            [res] = await answer(c, COUNT)           # the next unit is answered as ever
-            assert res.records == [{"COUNT(CITY)": 2}]
 
     run(scenario)
 
@@ -509,13 +515,7 @@ def test_results_that_do_not_fit_their_request_fail_the_unit_naming_the_backend(
         async with tapped(tmp_path, procs) as (tap, address), controller([address]) as c:
             await with_census(c)
             tap.replies = reshaped(change)
-            with pytest.raises(TrafficUnitAborted) as err:
-                await answer(c, text)
-            assert str(err.value) == (f"traffic unit aborted: refused a reply from backend "
-                                      f"b0 ({c.links[0].address}): {fault}")
-            tap.replies = list
-            [res] = await answer(c, COUNT)           # the next unit is answered as ever
-            assert res.records == [{"COUNT(CITY)": 2}]
+            await refused_then_served(c, tap, text, fault)
 
     run(scenario)
 
