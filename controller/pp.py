@@ -132,11 +132,6 @@ class _Join:
                 yield _joined(left, right)
 
 
-def _join(p: Prepared, left: list[list[Any]], right: list[list[Any]]) -> list[list[Any]]:
-    """The joined rows, decoded (what the client gets)."""
-    return [json.loads(row) for row in _Join(left, right).rows()]
-
-
 def _side(p: Prepared, rows: pb.RowBatch) -> list[list[Any]]:
     """A backend's rows of one side of a COMMON, checked: a list of rows as wide as that
     side's targets and the join attribute, the join value last, each a plain value (a
@@ -188,10 +183,6 @@ def _batch(request_index: int, parts: list[str]) -> tuple[pb.ExecuteReply, int]:
     data = ("[" + ",".join(parts) + "]").encode()
     return pb.ExecuteReply(request_index=request_index, rows=pb.RowBatch(
         rows_json=data, count=len(parts))), len(data)
-
-
-def _batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]:
-    return [reply for reply, _ in _encoded_batches(request_index, map(_dumps, rows))]
 
 
 def _by_backend(s: pb.BackendStats) -> str:

@@ -42,8 +42,8 @@ MODULES=(
   "iig|controller/iig.py|controller.iig.*|tests/test_directory.py \
 tests/test_bulk_load.py::test_placement_per_batch_matches_the_per_record_rule \
 tests/test_bulk_load.py::test_the_backend_checks_a_batch_per_column"
-  "pp|controller/pp.py|controller.pp.xǁ_Aggregatesǁ* controller.pp.x__join__* \
-controller.pp.x__side__* controller.pp.x__batches__* controller.pp.x__dumps__* \
+  "pp|controller/pp.py|controller.pp.xǁ_Aggregatesǁ* \
+controller.pp.x__side__* controller.pp.x__dumps__* \
 controller.pp.x__joined__* controller.pp.xǁ_Joinǁ* controller.pp.x__encoded_batches__* \
 controller.pp.x__batch__*|"
   "recp|backend/recp_*.py|backend.recp_sql.x_condition__* backend.recp_sql.x_where__* \

@@ -98,8 +98,17 @@ COMMON = ("RETRIEVE (FILE = Census) (CITY, POP) COMMON (STATE, CODE) "
           "RETRIEVE (FILE = States) (NAME, REGION)")
 
 
+def joined(left: list[list[Any]], right: list[list[Any]]) -> list[list[Any]]:
+    """A join's rows as the client decodes them."""
+    return [json.loads(row) for row in pp._Join(left, right).rows()]
+
+
+def pp_batches(request_index: int, rows: list[list[Any]]) -> list[pb.ExecuteReply]:
+    """PP's own row batches of `rows`."""
+    return [reply for reply, _ in pp._encoded_batches(request_index, map(pp._dumps, rows))]
+
+
 def test_retrieve_common_joins_every_pair_with_equal_values() -> None:
-    p = prepared(COMMON)
     # Each side's rows end with the hidden join value (STATE on the left, CODE on the right).
     left: list[list[Any]] = [["Monterey", 25, "CA"], ["Albany", 9000, "NY"],
                              ["Carmel", 2000, "CA"], ["Nowhere", None, None],
@@ -107,22 +116,22 @@ def test_retrieve_common_joins_every_pair_with_equal_values() -> None:
     right: list[list[Any]] = [["New York", "East", "NY"], ["California", "West", "CA"],
                               ["Texas", None, "TX"], ["Nothing", "CA", None],
                               ["Calif.", "NY", "CA"]]
-    assert pp._join(p, left, right) == [
+    assert joined(left, right) == [
         ["Albany", 9000, "New York", "East"],
         ["Monterey", 25, "California", "West"], ["Carmel", 2000, "California", "West"],
         [None, "NY", "Texas", None], ["Austin", None, "Texas", None],
         ["Monterey", 25, "Calif.", "NY"], ["Carmel", 2000, "Calif.", "NY"]]
-    assert pp._join(p, left, []) == [] and pp._join(p, [], right) == []
+    assert joined(left, []) == [] and joined([], right) == []
 
 
 def test_rows_go_out_in_batches_of_at_most_batch_rows() -> None:
     rows = [[i, f"r{i}", None] for i in range(2 * pp.REPLY_BATCH_ROWS + 5)]
-    batches = pp._batches(3, rows)
+    batches = pp_batches(3, rows)
     assert [b.request_index for b in batches] == [3, 3, 3]
     assert [b.rows.count for b in batches] == [pp.REPLY_BATCH_ROWS, pp.REPLY_BATCH_ROWS, 5]
     assert [r for b in batches for r in json.loads(b.rows.rows_json)] == rows
-    assert pp._batches(0, []) == []
-    [one] = pp._batches(1, [[1, "a"]])
+    assert pp_batches(0, []) == []
+    [one] = pp_batches(1, [[1, "a"]])
     assert (one.request_index, one.rows.count, json.loads(one.rows.rows_json)) == (
         1, 1, [[1, "a"]])
 
@@ -297,19 +306,18 @@ def test_a_joins_count_is_its_rows_known_before_any_is_made() -> None:
 def test_a_side_with_only_the_join_value_adds_no_column() -> None:
     """A row of a side with no targets is the join value alone: each pair's row is then
     the other side's targets (the merge takes sides of any width)."""
-    p = prepared(COMMON)
     bare: list[list[Any]] = [["CA"], ["NY"], ["CA"]]
     wide: list[list[Any]] = [["California", "West", "CA"], ["Texas", None, "TX"]]
-    assert pp._join(p, bare, wide) == [["California", "West"], ["California", "West"]]
-    assert pp._join(p, wide, bare) == [["California", "West"], ["California", "West"]]
-    assert pp._join(p, bare, bare[:1]) == [[], []]
+    assert joined(bare, wide) == [["California", "West"], ["California", "West"]]
+    assert joined(wide, bare) == [["California", "West"], ["California", "West"]]
+    assert joined(bare, bare[:1]) == [[], []]
 
 
 def test_a_batch_is_the_rows_compact_json_and_its_size_is_its_bytes() -> None:
-    [one] = pp._batches(2, [[1, "a b", None, 2.5], ["x", [3, 4]]])
+    [one] = pp_batches(2, [[1, "a b", None, 2.5], ["x", [3, 4]]])
     assert one.rows.rows_json == b'[[1,"a b",null,2.5],["x",[3,4]]]'
-    joined = pp._Join([["Carmel", 2000, "CA"]], [["California", "West", "CA"]]).rows()
-    batches = list(pp._encoded_batches(4, joined))
+    pairs = pp._Join([["Carmel", 2000, "CA"]], [["California", "West", "CA"]]).rows()
+    batches = list(pp._encoded_batches(4, pairs))
     assert [(b.request_index, b.rows.count, b.rows.rows_json, size) for b, size in batches] \
         == [(4, 1, b'[["Carmel",2000,"California","West"]]', 37)]
 
