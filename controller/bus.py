@@ -269,7 +269,6 @@ class Bus:
             bodies.append(body)
         inbox = self._number(links, timeout, requests)
         for link, body in zip(links, bodies, strict=True):
-            units[link.index].seq = self.seq
             link.send(traffic_unit_message(body, self.seq))
         return inbox
 

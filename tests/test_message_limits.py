@@ -287,7 +287,7 @@ def test_a_record_no_message_carries_is_refused_by_its_number() -> None:
 
 def test_pp_cuts_its_own_batches_by_bytes() -> None:
     rows = [[i, "v" * 300_000] for i in range(10)]
-    batches = pp._batches(0, rows)
+    batches = [b for b, _ in pp._encoded_batches(0, map(pp._dumps, rows))]
     assert [b.rows.count for b in batches] == [3, 3, 3, 1]
     assert all(len(b.rows.rows_json) <= pp.REPLY_BATCH_BYTES for b in batches)
     assert [r for b in batches for r in json.loads(b.rows.rows_json)] == rows
@@ -295,7 +295,7 @@ def test_pp_cuts_its_own_batches_by_bytes() -> None:
 
 def test_pp_refuses_a_row_no_message_carries() -> None:
     with pytest.raises(Exception, match="MAX_MESSAGE"):
-        pp._batches(2, [[1, "v" * MESSAGE_BUDGET]])
+        list(pp._encoded_batches(2, [pp._dumps([1, "v" * MESSAGE_BUDGET])]))
 
 
 def test_a_join_counts_its_rows_before_making_them() -> None:
