@@ -160,10 +160,16 @@ def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select:
     """Rows of `clusters` fetched one by one through the cluster index (a Python string
     per row): for predicates a non-clustered index answers, and for small clusters."""
     where, wparams = recp_sql.where(replace(plan, clusters=clusters))
-    cur = conn.execute(f"SELECT {select} FROM {table(plan.schema.name)} "
-                       f"WHERE {where}", sparams + wparams)
-    step = 1      # rows per fetch; adapts to the record size seen so far
+    yield from _fetched(conn.execute(f"SELECT {select} FROM {table(plan.schema.name)} "
+                                     f"WHERE {where}", sparams + wparams), out)
+
+
+def _fetched(cur: sqlite3.Cursor, out: _Batcher) -> Generator[pb.BackendReply, None, int]:
+    """The rows of `cur` (one JSON array each) into batches, fetched a step at a time;
+    returns how many there were."""
+    step, total = 1, 0   # rows per fetch; adapts to the record size seen so far
     while rows := cur.fetchmany(step):
+        total += len(rows)
         chunk = ",".join([r[0] for r in rows])
         step = max(1, min(STEP_ROWS, BATCH_BYTES // 4 // max(1, len(chunk) // len(rows))))
         if len(rows) > 1 and len(chunk) > 2 * BATCH_BYTES:
@@ -174,6 +180,7 @@ def _rows(conn: sqlite3.Connection, plan: FilePlan, clusters: list[int], select:
                     yield msg
         elif (msg := out.add(chunk, len(rows))) is not None:
             yield msg
+    return total
 
 
 def _pageable(plan: FilePlan) -> bool:
@@ -199,7 +206,9 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
     ordered by cluster, then rowid, so a page is a range of it and nothing is sorted).
 
     A page is sized from the bytes per row seen so far to fill the batch; one that
-    comes out over twice the batch's byte bound is read again at half the rows.
+    comes out over twice the batch's byte bound is read again at half the rows. Past a
+    page SQLite cannot make (longer than its longest string) the scope's rows come one
+    by one.
     """
     cond, cparams = recp_sql.condition(plan)
     scope = "" if plan.every_cluster else "cluster_id = ? AND "
@@ -216,8 +225,21 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
         last = -(1 << 63)                  # below every rowid
         while True:
             want = max(1, min(want, BATCH_ROWS - out.count))
-            chunk, n, top = conn.execute(
-                sql, [*sparams, *scope_params, last, *cparams, want]).fetchone()
+            try:
+                chunk, n, top = conn.execute(
+                    sql, [*sparams, *scope_params, last, *cparams, want]).fetchone()
+            except sqlite3.DataError as e:
+                if e.sqlite_errorname != "SQLITE_TOOBIG":
+                    raise
+                # The page passed SQLite's longest string (SQLITE_MAX_LENGTH): rows far
+                # larger than the ones before. The rest of this scope comes row by row.
+                rest = _cached(plan.schema, ("rest", select, scope, cond), lambda: (
+                    f"SELECT {select} FROM {table(plan.schema.name)} "
+                    f"WHERE {scope}rid > ? AND {cond} ORDER BY rid"))
+                rows += yield from _fetched(
+                    conn.execute(rest, [*sparams, *scope_params, last, *cparams]), out)
+                want = 1
+                break
             if not n:
                 break
             if len(chunk) > 2 * BATCH_BYTES and n > 1:

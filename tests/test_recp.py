@@ -88,6 +88,24 @@ def test_a_whole_table_scan_pages_in_sqlite_within_the_batch_bounds(monkeypatch)
     assert len(paged) < len(sizes) / 10            # pages, not rows
 
 
+def test_a_page_longer_than_sqlite_can_make_is_read_a_row_at_a_time(monkeypatch) -> None:
+    """Small rows, then rows so much larger that the page sized from the small ones is
+    longer than SQLite's longest string (here lowered to 100 kB): that page is read again
+    a row at a time, and the scan gives every row, in order."""
+    monkeypatch.setattr(recp_read, "BATCH_ROWS", 40)
+    monkeypatch.setattr(recp_read, "BATCH_BYTES", 3000)
+    sizes = [10] * 60 + [30_000] * 8 + [10] * 60
+    conn = _census_table([(1, i, "c" * n) for i, n in enumerate(sizes)])
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100_000)
+    plan = FilePlan(CENSUS, [1], [[("POP", ">=", 0)]], every_cluster=True)
+    statements = _statements(conn)
+    paged = list(recp_read.retrieve_batches(conn, plan, ["POP", "CITY"], 0))
+    assert _all(paged) == [[i, "c" * n] for i, n in enumerate(sizes)]
+    assert all(sum(len(r[1]) > 1000 for r in json.loads(b.rows.rows_json)) <= 1
+               for b in paged)                 # no two large rows in one batch
+    assert len(statements) < 40
+
+
 def test_a_scan_that_an_index_could_answer_is_not_paged() -> None:
     """With a predicate on an indexed attribute SQLite might sort every page by rowid;
     such a scan stays row by row."""
