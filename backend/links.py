@@ -20,7 +20,7 @@ from mbds import tls
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MESSAGE_BUDGET
+from mbds.service import MESSAGE_BUDGET, too_large
 from mbds.values import Value, to_pb
 
 log = logging.getLogger("mbds.peers")
@@ -86,7 +86,12 @@ class PeerLinks:
                 self.links[a] = _PeerLink(a)
 
     def broadcast(self, msg: pb.DescriptorIds) -> None:
+        """Queue `msg` for every peer; raises ValueError, sending nothing, if no message
+        can carry it (the unit then fails here, and its abort frees the peers)."""
         data = pb.DescriptorIdsBatch(ids=[msg]).SerializeToString()
+        if len(data) > MESSAGE_BUDGET:
+            raise ValueError(too_large("this backend's share of the unit's descriptor ids",
+                                       len(data)))
         for a in self.targets:
             self.links[a].queue.put(data)
 

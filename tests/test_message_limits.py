@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from backend import links
 from backend.links import _PeerLink
 from controller import pp
 from mbds import columns
@@ -318,3 +319,23 @@ def test_descriptor_ids_queued_for_a_peer_are_cut_by_bytes() -> None:
         return [len(await asyncio.wait_for(anext(stream), 5)) for _ in range(2)]
 
     assert asyncio.run(messages()) == [MESSAGE_BUDGET // 2 * 2, MESSAGE_BUDGET // 2]
+
+
+def test_descriptor_ids_no_message_carries_are_refused_by_name(monkeypatch) -> None:
+    """A backend's share of a unit's ids larger than a message fails its unit, naming the
+    limit, and nothing goes to the peers (whose stream it would break)."""
+    async def broadcast() -> list[int]:
+        peers = links.PeerLinks()
+        peers.configure(["127.0.0.1:1", "127.0.0.1:2"], 0)
+        small = pb.DescriptorIds(seq=1, results=[pb.PredicateDescriptors(descriptor_ids=[1])])
+        big = pb.DescriptorIds(seq=2, results=[
+            pb.PredicateDescriptors(descriptor_ids=range(1000))])
+        monkeypatch.setattr(links, "MESSAGE_BUDGET", small.ByteSize() + 100)
+        peers.broadcast(small)
+        with pytest.raises(ValueError, match="descriptor ids is .* bytes.*MAX_MESSAGE"):
+            peers.broadcast(big)
+        queued = list(peers.links["127.0.0.1:2"].queue.items)   # (its task not yet run)
+        await peers.close()
+        return queued
+
+    assert len(asyncio.run(broadcast())) == 1
