@@ -46,6 +46,9 @@ class OutOfRange(ValueError):
     """An UPDATE's arithmetic would store a value its attribute's type cannot hold."""
 
 
+# A STRICT column refusing a value of another type (Python's sqlite3 has no name for it).
+SQLITE_CONSTRAINT_DATATYPE = 3091
+
 # Where SQLite's arithmetic leaves a type's range: a float overflows to ±Inf (which no
 # answer's JSON can carry), an integer to a float.
 _OVERFLOWED = {"float": "abs({e}) > 1.7976931348623157e308", "integer": "typeof({e}) = 'real'"}
@@ -61,17 +64,26 @@ def _out_of_range(plan: FilePlan, m: pb.Modifier, result: Value) -> OutOfRange:
                       f"range of {a.type}{bounds}; nothing was updated")
 
 
-def _check_range(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier, expr: str,
-                 params: list[object], where: str, wparams: list[object]) -> None:
-    """Arithmetic must leave every value it writes in its attribute's type."""
+def _guarded(plan: FilePlan, m: pb.Modifier, expr: str, params: list[object]
+             ) -> tuple[str, list[object]]:
+    """`expr` as an UPDATE sets it: where its arithmetic leaves the attribute's type it
+    gives a BLOB instead, which the STRICT column refuses, ending the statement with
+    nothing written (`update` then names the value). One scan, not a check and a write."""
     test = _OVERFLOWED.get(plan.schema.by_name[m.attr].type) if m.arith else None
     if test is None:
-        return
+        return expr, params
+    return f"CASE WHEN {test.format(e=expr)} THEN x'' ELSE {expr} END", params + params
+
+
+def _first_out_of_range(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
+                        expr: str, params: list[object], where: str,
+                        wparams: list[object]) -> OutOfRange | None:
+    """The refusal naming a value out of its type's range that `expr` gives a record."""
+    test = _OVERFLOWED[plan.schema.by_name[m.attr].type]
     row = conn.execute(f"SELECT {expr} FROM {table(plan.schema.name)} "
                        f"WHERE {test.format(e=expr)} AND ({where}) LIMIT 1",
                        params + params + wparams).fetchone()
-    if row is not None:
-        raise _out_of_range(plan, m, row[0])
+    return None if row is None else _out_of_range(plan, m, row[0])
 
 
 def _in_range(kind: str, value: Value) -> bool:
@@ -88,11 +100,16 @@ def update(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
         return 0
     expr, eparams = _modifier_sql(m)
     where, wparams = recp_sql.where(plan)
-    _check_range(conn, plan, m, expr, eparams, where, wparams)
     if undo is not None:
         undo.rows(plan.schema, where, wparams)
-    return conn.execute(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = {expr} "
-                        f"WHERE {where}", eparams + wparams).rowcount
+    value, vparams = _guarded(plan, m, expr, eparams)
+    try:
+        return conn.execute(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = {value} "
+                            f"WHERE {where}", vparams + wparams).rowcount
+    except sqlite3.IntegrityError as e:
+        if value is expr or e.sqlite_errorcode != SQLITE_CONSTRAINT_DATATYPE:
+            raise
+        raise _first_out_of_range(conn, plan, m, expr, eparams, where, wparams) or e from None
 
 
 def update_moving(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,

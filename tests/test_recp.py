@@ -168,10 +168,14 @@ def test_small_clusters_fall_back_to_row_by_row(monkeypatch) -> None:
 ])
 def test_an_update_modifier_computes_each_records_new_value(modifier: str,
                                                             after: list[int]) -> None:
-    """The modifier as REQP forms it, run by RECP on every record of the file."""
+    """The modifier as REQP forms it, run by RECP on every record of the file, in one
+    statement."""
     conn = _census_table([(1, -7, "a"), (1, 17, "b"), (2, 5000, "c")])
     [p] = prepare(census_iig().directory, f"UPDATE (FILE = Census) {modifier}")
+    statements = _statements(conn)
     assert recp_write.update(conn, FilePlan(CENSUS, [1, 2], [[]], True), p.request.modifier) == 3
+    # One pass over the records: the range check is part of the UPDATE itself.
+    assert [s.split()[0] for s in statements] == ["UPDATE"]
     got = [pop for (pop,) in conn.execute(f'SELECT "POP" FROM {table("CENSUS")} ORDER BY rid')]
     assert got == after
 
