@@ -88,14 +88,30 @@ def test_an_installed_package_is_not_put_before_the_standard_library(
     assert local_cluster._same_code() == {}
 
 
+def _taken_port_after_a_free_one() -> socket.socket:
+    """A socket listening on a loopback port P whose neighbour P - 1 is free just now:
+    Linux gives outgoing connections ports of P - 1's parity first, and one holding
+    P - 1 would stop b0 instead of b1."""
+    for _ in range(100):
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", taken.getsockname()[1] - 1))
+                return taken
+            except OSError:
+                taken.close()
+    raise AssertionError("no loopback port with a free port below it")
+
+
 def test_a_backend_that_fails_to_start_takes_the_started_ones_down(tmp_path: Path) -> None:
     """Backend b1 cannot serve /metrics (its port is taken): start() fails with a named
     error, and b0, already running, is stopped too instead of being left behind."""
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+    with _taken_port_after_a_free_one() as taken:
         port = taken.getsockname()[1]
-        # Controller on port - 2, b0 on port - 1, b1 on port: only b1's is taken.
+        # Controller on port - 2, b0 on port - 1, b1 on port: only b1's is taken (the
+        # controller is never started, b1 failing first).
         cluster = LocalCluster(tmp_path, 2, metrics_port=port - 2)
         with pytest.raises(ProcessFailed, match="backend b1"):
             cluster.start()
