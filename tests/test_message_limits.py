@@ -114,6 +114,7 @@ def test_a_value_too_large_for_a_partial_group_fails_only_its_own_unit(
     refuses that reply by name, its unit is aborted, and the bus and the units of other
     clients go on."""
     c = cluster.client
+    c.execute("DELETE (FILE = BIG)")      # whatever a test before it left
     c.execute("INSERT (<FILE, BIG>, <K, 1>) {" + "q" * (34 * MB) + "}")
     c.execute("INSERT (<FILE, SMALL>, <K, 0>, <V, 0>)")
     traffic = Traffic(cluster.cluster.address, _write)
@@ -236,8 +237,8 @@ def test_a_load_of_wide_records_with_the_default_chunk(cluster: Running) -> None
 def test_a_join_beyond_its_bound_is_refused_and_other_sessions_go_on(
         cluster: Running) -> None:
     """1,001 records joining 1,001 are 1,002,001 rows, one past MAX_JOIN_ROWS + 2,000:
-    refused, naming the bound, before any row is made; another client's requests are
-    answered promptly meanwhile."""
+    refused, naming the bound, before any row is made (as the test without a cluster
+    below shows); another client's requests are answered meanwhile."""
     c = cluster.client
     list(c.load("PAIRS", ["K", "V"], (([k, 1], None) for k in range(1001))))
     c.execute("INSERT (<FILE, SMALL>, <K, 0>, <V, 0>)")
@@ -249,18 +250,22 @@ def test_a_join_beyond_its_bound_is_refused_and_other_sessions_go_on(
             assert e.value.code == "INVALID_ARGUMENT" and "1,002,001 rows" in str(e.value)
     finally:
         traffic.stop()
-    assert traffic.errors == [] and traffic.worst < 1.0
-    # Within the bound the rows stream out, the event loop turning between batches.
+    assert traffic.errors == [] and traffic.done > 0
+    # Within the bound the rows stream out, the event loop turning between batches: the
+    # other client waits for a batch at most, not for the join (a fraction of its time
+    # rather than a duration, which would move with the machine).
     c.execute("DELETE ((FILE = PAIRS) and (K >= 999))")
     traffic = Traffic(cluster.cluster.address, _ping)
+    t0 = time.perf_counter()
     try:
         rows = sum(r.rows.count for r in c.stream(
             "RETRIEVE (FILE = PAIRS) (K) COMMON (V, V) RETRIEVE (FILE = PAIRS) (K)")
             if r.WhichOneof("body") == "rows")
+        join = time.perf_counter() - t0
     finally:
         traffic.stop()
     assert rows == 999 * 999 <= pp.MAX_JOIN_ROWS
-    assert traffic.errors == [] and traffic.worst < 1.0
+    assert traffic.errors == [] and traffic.worst < join / 4
     c.execute("DELETE (FILE = PAIRS)")
 
 
