@@ -24,6 +24,7 @@ COMMANDS = {
     "status": "cli.database:status",
     "shell": "cli.shell:shell",
     "load": "cli.paper:load",
+    "dump": "cli.transfer:dump",
     "paper": "cli.paper:paper",
     "report": "cli.report:report",
     "bench": "cli.bench:bench",

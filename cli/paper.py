@@ -11,6 +11,7 @@ import click
 
 from cli.database import LARGE_LOAD, load_progress, track_load
 from cli.options import controller_option, fail
+from cli.transfer import load_file
 from loadgen import paper_db as P
 from loadgen.paper_summary import console_for_summary, show, table2_table
 from loadgen.table2 import run_table2
@@ -19,7 +20,10 @@ from mbds.client import LOAD_CHUNK, Client, ClientError
 
 @click.group()
 def load() -> None:
-    """Load a test database through the controller."""
+    """Load a test database, or a file's records, through the controller."""
+
+
+load.add_command(load_file)
 
 
 @load.command("paper")

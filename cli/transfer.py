@@ -1,0 +1,305 @@
+"""`mbds load file` and `mbds dump`: a file's records from and to CSV or JSON Lines.
+
+Both stream: a load reads its input record by record into `Client.load`, a dump writes
+each row batch of one `RETRIEVE (FILE = NAME) (ALL)` as it arrives. JSON Lines carries
+every value as stored (64-bit integers, floats by their shortest exact literal, null
+apart from the empty string); CSV writes null as an empty cell, and reads one as null.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import click
+
+from cli.database import load_progress, track_load
+from cli.options import NotUtf8, controller_option, fail, utf8
+from mbds.client import LOAD_CHUNK, Client, ClientError
+from mbds.errors import shorten
+from mbds.proto import mbds_pb2 as pb
+from mbds.service import MAX_MESSAGE
+from mbds.values import INT64_MAX, INT64_MIN, Value
+
+BODY = "BODY"
+FORMATS = ("jsonl", "csv")
+SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+# Numbers as a CSV cell spells them: ASCII digits only, where int() and float() would
+# also take other scripts' digits, underscores, spaces and "nan".
+INTEGER = re.compile(r"[+-]?[0-9]+")
+FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# What str.splitlines (and readers like it) take for a line break and json.dumps leaves
+# raw in a string: escaped, so that every reader sees one record a line.
+LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
+TYPE_NAMES = {"integer": "an integer", "float": "a number", "string": "a string"}
+
+Record = tuple[list[Value], str | None]
+
+
+class Refused(ValueError):
+    """A record the input cannot give, named by its line and column."""
+
+
+# What reading an input raises for the input's sake: reported, with no traceback.
+BAD_INPUT = (Refused, NotUtf8, csv.Error, OSError)
+
+
+class BeyondFloat(NamedTuple):
+    """A number literal no float holds (1e999, 1e-400, NaN), shown by its text."""
+    text: str
+
+
+def _float(text: str) -> float | BeyondFloat:
+    """A float literal's value; one a float holds only as infinity, or as 0 despite a
+    non-zero digit before its exponent, is out of range (ABDL refuses both)."""
+    v = float(text)
+    zeroed = v == 0 and re.search("[1-9]", re.split("[eE]", text)[0])
+    return BeyondFloat(text) if math.isinf(v) or zeroed else v
+
+
+def _typed(kind: str, v: object) -> Value:
+    """`v` as a value of an attribute of type `kind`; ValueError saying why it is not."""
+    if v is None:
+        return None
+    if isinstance(v, BeyondFloat):
+        raise ValueError("is out of a float's range")
+    if kind == "integer" and type(v) is int:
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise ValueError("is beyond 64-bit integers")
+        return v
+    if kind == "float" and isinstance(v, int | float) and not isinstance(v, bool):
+        try:
+            return float(v)
+        except OverflowError:
+            raise ValueError("is out of a float's range") from None
+    if kind == "string" and type(v) is str:
+        return v
+    raise ValueError(f"is not {TYPE_NAMES[kind]}")
+
+
+def _cell(kind: str, cell: str) -> object:
+    """A CSV cell as the value it spells for an attribute of type `kind` (empty: null);
+    text that spells no number stays text, for `_typed` to refuse."""
+    if cell == "":
+        return None
+    if kind == "integer" and INTEGER.fullmatch(cell):
+        # More than 19 digits is beyond 64 bits: int() of thousands of them would fail.
+        return int(cell) if len(cell.lstrip("+-0")) <= 19 else INT64_MAX + 1
+    if kind == "float" and FLOAT.fullmatch(cell):
+        return _float(cell)
+    return cell
+
+
+def _json_text(v: object) -> str:
+    return v.text if isinstance(v, BeyondFloat) else json.dumps(v, ensure_ascii=False)
+
+
+def _columns(names: Iterable[str], n: int, file: str, types: dict[str, str]) -> list[str]:
+    """The attributes (or BODY) a CSV header or a JSON object's keys name, matched as ABDL
+    matches names; one the file lacks, or one named twice, is refused."""
+    columns = [name.strip().upper() for name in names]
+    for name, attr in zip(names, columns, strict=True):
+        if attr != BODY and attr not in types:
+            raise Refused(f"line {n}: {shorten(repr(name))} is not an attribute of {file} "
+                          f"({shorten(', '.join([*types, BODY]))})")
+    if len(set(columns)) < len(columns):
+        twice = next(a for a in columns if columns.count(a) > 1)
+        raise Refused(f"line {n}: {twice} is named twice")
+    return columns
+
+
+def _record(n: int, columns: list[str], raws: Iterable[object], types: dict[str, str],
+            parse: Callable[[str, Any], object], show: Callable[[Any], str]) -> Record:
+    """One record from its values as the input gives them (`parse`d by the attribute's
+    type); a value that does not fit is refused, naming its line and attribute."""
+    fields: dict[str, Value] = {}
+    for attr, raw in zip(columns, raws, strict=True):
+        kind = types.get(attr, "string")        # BODY is a string
+        try:
+            fields[attr] = _typed(kind, parse(kind, raw))
+        except ValueError as e:
+            raise Refused(f"line {n}, {attr}: {shorten(show(raw))} {e}") from None
+    body = fields.pop(BODY, None)
+    return [fields.get(a) for a in types], body if isinstance(body, str) else None
+
+
+def _lines(binary: Iterable[bytes], where: str) -> Iterator[str]:
+    """The input's lines as text, their ends kept (csv reads quoted line breaks from
+    them); a line that is not UTF-8 is refused, named."""
+    for n, raw in enumerate(binary, 1):
+        line = utf8(raw, f"line {n} of {where}")
+        yield line.removeprefix("\ufeff") if n == 1 else line   # a spreadsheet's BOM
+
+
+def _csv_records(binary: Iterable[bytes], where: str, file: str,
+                 types: dict[str, str]) -> Iterator[Record]:
+    """The records of a CSV input; its header is checked before this returns, so that a
+    column the file lacks is refused before any record is sent."""
+    reader = csv.reader(_lines(binary, where))
+    header = next(reader, None)
+    if header is None:
+        raise Refused(f"{where} is empty: CSV starts with a header naming the attributes")
+    columns = _columns(header, 1, file, types)
+
+    def records() -> Iterator[Record]:
+        start = reader.line_num + 1
+        for row in reader:
+            n, start = start, reader.line_num + 1     # a quoted line break spans lines
+            if not row:
+                continue        # a blank line
+            if len(row) != len(columns):
+                raise Refused(f"line {n}: the header names {len(columns)} columns, the line has "
+                              f"{len(row)}")
+            yield _record(n, columns, row, types, _cell, repr)
+    return records()
+
+
+def _json_records(binary: Iterable[bytes], where: str, file: str,
+                  types: dict[str, str]) -> Iterator[Record]:
+    for n, line in enumerate(_lines(binary, where), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line, parse_float=_float, parse_constant=BeyondFloat)
+        except ValueError as e:     # the column, as the line is the input's
+            why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
+            raise Refused(f"line {n}: not JSON ({shorten(str(why))})") from None
+        if not isinstance(obj, dict):
+            raise Refused(f"line {n}: not a JSON object")
+        yield _record(n, _columns(obj, n, file, types), obj.values(), types,
+                      lambda _, v: v, _json_text)
+
+
+def _until_refused(records: Iterable[Record], failed: list[Exception]) -> Iterator[Record]:
+    """`records` up to the first refused, whose error is kept in `failed`: raised in
+    gRPC's request thread it would come back as UNKNOWN, unnamed."""
+    try:
+        yield from records
+    except BAD_INPUT as e:
+        failed.append(e)
+
+
+def _count(path: str, fmt: str) -> int:
+    """A regular file's records by its lines, for the progress bar (a CSV record with a
+    quoted line break counts for more)."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip()) - (fmt == "csv")
+
+
+def _definition(c: Client, name: str) -> tuple[str, dict[str, str]]:
+    """The file's name and its attributes' types, as `mbds shell`'s `\\d FILE` asks."""
+    [f] = [f for f in c.status(name).file_defs if f.name == name.upper()]
+    return f.name, {a.name: a.type for a in f.attributes}
+
+
+def _format(path: str, fmt: str | None, default: str | None) -> str:
+    found = fmt or (None if path == "-" else SUFFIXES.get(Path(path).suffix.lower())) or default
+    if found is None:
+        raise click.UsageError(f"give --format for {'standard input' if path == '-' else path}"
+                               " (or name it .csv, .jsonl or .ndjson)")
+    return found
+
+
+@click.command("file")
+@controller_option
+@click.argument("name")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--format", "fmt", type=click.Choice(FORMATS),
+              help="[default: from PATH's suffix: .csv, .jsonl or .ndjson]")
+@click.option("--chunk", type=click.IntRange(1), default=LOAD_CHUNK, show_default=True,
+              help="Records per batch (one traffic unit each).")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a progress bar on stderr [default: as `mbds load paper`; none "
+                   "for standard input].")
+def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int,
+              progress: bool | None) -> None:
+    """Load records into the defined file NAME from PATH (- for standard input)."""
+    fmt = _format(path, fmt, None)
+    csv.field_size_limit(MAX_MESSAGE)       # csv's own limit (128 kB) would refuse a body
+    failed: list[Exception] = []
+    t0 = time.perf_counter()
+    try:
+        with Client(controller) as c, click.open_file(path, "rb") as binary:
+            file, types = _definition(c, name)
+            read = _csv_records if fmt == "csv" else _json_records
+            where = "standard input" if path == "-" else path
+            records = _until_refused(read(binary, where, file, types), failed)
+            regular = path != "-" and progress is not False and Path(path).is_file()
+            total = _count(path, fmt) if regular else 0
+            done = track_load(c.load(file, list(types), records, chunk=chunk), total,
+                              load_progress(total, progress) if total else None)
+    except (ClientError, *BAD_INPUT) as e:
+        fail(e)
+    if failed:      # every record before the refused one is loaded, none after it
+        fail(f"{failed[0]} (records loaded into {file}: {done})")
+    seconds = time.perf_counter() - t0
+    click.echo(f"loaded {done} records into {file} in {seconds:.1f} s "
+               f"({done / seconds:,.0f} records/s)")
+
+
+def _write(replies: Iterable[pb.ExecuteReply], out: io.TextIOBase, fmt: str) -> int:
+    """The rows of a `RETRIEVE (ALL)` into `out` as they arrive, without FILE (a dump is
+    of one file); the number written."""
+    written, keep, names = 0, [], []
+    writer = csv.writer(out) if fmt == "csv" else None
+    for reply in replies:
+        kind = reply.WhichOneof("body")
+        if kind == "header":
+            keep = [i for i, c in enumerate(reply.header.columns) if c != "FILE"]
+            names = [reply.header.columns[i] for i in keep]
+            if writer:
+                writer.writerow(names)
+        elif kind == "rows":
+            rows = [[row[i] for i in keep] for row in json.loads(reply.rows.rows_json)]
+            if writer:
+                writer.writerows(rows)      # None as an empty cell
+            else:
+                for r in rows:
+                    line = json.dumps(dict(zip(names, r, strict=True)), ensure_ascii=False)
+                    out.write((line if line.isascii() else line.translate(LINE_BREAKS)) + "\n")
+            written += len(rows)
+    return written
+
+
+@click.command()
+@controller_option
+@click.argument("name")
+@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="The file to write [default: standard output].")
+@click.option("--format", "fmt", type=click.Choice(FORMATS),
+              help="[default: from --out's suffix (.csv, .jsonl, .ndjson), else jsonl]")
+@click.option("--timeout", type=float, default=3600.0, show_default=True,
+              help="Seconds the whole dump may take.")
+def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) -> None:
+    """Write every record of file NAME (attributes and body) as JSON Lines or CSV."""
+    fmt = _format(out, fmt, "jsonl")
+    t0 = time.perf_counter()
+    try:
+        with Client(controller, timeout=timeout) as c:
+            file, _ = _definition(c, name)
+            # One request, one traffic unit: a snapshot no concurrent write splits.
+            replies = c.stream(f"RETRIEVE (FILE = {file}) (ALL)")
+            with click.open_file(out, "wb") as binary:
+                text = io.TextIOWrapper(binary, encoding="utf-8", newline="")
+                try:
+                    written = _write(replies, text, fmt)
+                finally:
+                    text.detach()       # flushed; the binary stream stays open
+    except BrokenPipeError:
+        # The reader left (`mbds dump NAME | head`): end quietly, as a shell tool does,
+        # the unit aborted with the stream.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except (ClientError, OSError) as e:
+        fail(e)
+    click.echo(f"dumped {written} records of {file} in {time.perf_counter() - t0:.1f} s",
+               err=True)

@@ -1,0 +1,230 @@
+"""`mbds load file` and `mbds dump` on a real cluster of two backends, through the real
+command line: a dump read back by a load gives the same records (JSON Lines exactly,
+CSV but for the empty string), and bad input is refused named by its line and column,
+with every record before it loaded and none after."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Running, start_cluster
+
+DEFINITION = """
+files:
+  {name}:
+    attributes: {{N: integer, X: float, S: string}}
+    directory:
+      N: {{type: A, ranges: [[0, 1000]]}}
+"""
+ATTRS = ["N", "X", "S"]
+# Values at the edges of what each type holds, and those a careless format would change.
+RECORDS: list[tuple[list[Any], str | None]] = [
+    ([2**63 - 1, 0.1, "plain"], "a body"),
+    ([-(2**63), 1e-300, ""], ""),                       # empty string and empty body
+    ([None, None, None], None),                         # nulls
+    ([0, 1.7976931348623157e308, "é日本😀\u2028x"], 'a line\nbreak, "quotes"'),
+    ([9007199254740993, 5e-324, "comma, quote \" and\r\nCRLF"], None),  # past 2**53
+    ([7, -2.5, "  spaces  "], "ünïcode"),
+    ([12, 1.0, "42"], "null"),                          # strings that look like others
+    ([-1, 0.30000000000000004, None], "x"),
+    ([3, 2.0, "big"], "b" * 200_000),                   # past csv's field size limit
+]
+
+
+def mbds(r: Running, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mbds", *args, "--controller",
+                           r.cluster.address], capture_output=True, input=input, timeout=120)
+
+
+def jsonl(records: list[tuple[list[Any], str | None]]) -> list[str]:
+    """`records` as JSON lines, sorted (a dump's order is the backends')."""
+    return sorted(json.dumps(dict(zip([*ATTRS, "BODY"], [*values, body], strict=True)),
+                             ensure_ascii=False) for values, body in records)
+
+
+def lines(text: str) -> list[str]:
+    """A dump's records, each as its line or `jsonl` writes it (the same JSON text but
+    for the escapes), sorted: an integer and a float equal to it stay apart (1 and 1.0)."""
+    assert text.endswith("\n") and text.splitlines() == text.split("\n")[:-1]
+    return sorted(json.dumps(json.loads(line), ensure_ascii=False) for line in text.splitlines())
+
+
+def dumped(r: Running, name: str, *args: str) -> list[str]:
+    out = mbds(r, "dump", name, *args)
+    assert out.returncode == 0, out.stderr.decode()
+    return lines(out.stdout.decode("utf-8"))
+
+
+def stored(r: Running, name: str) -> list[Any]:
+    [res] = r.client.execute(f"RETRIEVE (FILE = {name}) (N)")
+    return sorted((rec["N"] for rec in res.records), key=lambda n: (n is None, n))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    r = start_cluster(tmp_path_factory.mktemp("transfer") / "data", 2)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def define(r: Running, name: str,
+           records: Sequence[tuple[list[Any], str | None]] = ()) -> None:
+    r.client.define(DEFINITION.format(name=name))
+    list(r.client.load(name, ATTRS, records))
+
+
+def test_a_jsonl_dump_loads_back_to_the_same_records(cluster: Running,
+                                                      tmp_path: Path) -> None:
+    define(cluster, "ROUND", RECORDS)
+    out = mbds(cluster, "dump", "ROUND")
+    assert out.returncode == 0, out.stderr.decode()
+    first = out.stdout.decode("utf-8")
+    assert lines(first) == jsonl(RECORDS)                   # exactly, nothing lost
+    (tmp_path / "round.jsonl").write_text(first, encoding="utf-8")
+    cluster.client.execute("DELETE (FILE = ROUND)")
+    out = mbds(cluster, "load", "file", "round", str(tmp_path / "round.jsonl"), "--progress")
+    assert out.returncode == 0, out.stderr.decode()
+    assert f" {len(RECORDS)}/{len(RECORDS)} records " in out.stderr.decode()   # the bar
+    assert out.stdout.decode().startswith(f"loaded {len(RECORDS)} records into ROUND in ")
+    out = mbds(cluster, "dump", "ROUND", "--out", str(tmp_path / "again.jsonl"))
+    assert out.returncode == 0, out.stderr.decode()
+    again = (tmp_path / "again.jsonl").read_text(encoding="utf-8")
+    assert sorted(again.split("\n")) == sorted(first.split("\n"))
+
+
+def test_a_csv_dump_loads_back_but_for_the_empty_string(cluster: Running,
+                                                         tmp_path: Path) -> None:
+    define(cluster, "VIACSV", RECORDS)
+    path = tmp_path / "viacsv.csv"
+    out = mbds(cluster, "dump", "VIACSV", "--out", str(path))       # CSV by the suffix
+    assert out.returncode == 0, out.stderr.decode()
+    assert path.read_bytes().startswith(b"N,X,S,BODY\r\n")
+    cluster.client.execute("DELETE (FILE = VIACSV)")
+    out = mbds(cluster, "load", "file", "VIACSV", str(path), "--chunk", "3")
+    assert out.returncode == 0, out.stderr.decode()
+    # CSV cannot tell an empty string from null: both come back null.
+    expected = [([v if v != "" else None for v in values], body or None)
+                for values, body in RECORDS]
+    assert dumped(cluster, "VIACSV") == jsonl(expected)
+
+
+BAD_CSV = (b'n,x,s\n'
+           b'1,0.5,a\n'
+           b'2,1.5,"two\nlines"\n'          # lines 3 and 4
+           b'3,,c\n'
+           b'4,2.5,d\n'
+           b'5,3.5,e\n'
+           b'many,1,f\n'                    # line 8
+           b'6,1,g\n')
+
+
+def test_a_bad_value_is_named_by_line_and_column_and_nothing_after_it_loads(
+        cluster: Running, tmp_path: Path) -> None:
+    define(cluster, "BAD")
+    (tmp_path / "bad.csv").write_bytes(BAD_CSV)
+    out = mbds(cluster, "load", "file", "BAD", str(tmp_path / "bad.csv"), "--chunk", "2")
+    assert out.returncode == 1 and out.stdout == b""
+    assert out.stderr.decode() == ("error: line 8, N: 'many' is not an integer "
+                                   "(records loaded into BAD: 5)\n")
+    assert stored(cluster, "BAD") == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ('{"N": 1.5}', "line 2, N: 1.5 is not an integer"),
+    ('{"N": true}', "line 2, N: true is not an integer"),
+    ('{"N": 9223372036854775808}', "line 2, N: 9223372036854775808 is beyond 64-bit integers"),
+    ('{"X": "0.5"}', 'line 2, X: "0.5" is not a number'),
+    ('{"X": false}', "line 2, X: false is not a number"),
+    ('{"X": NaN}', "line 2, X: NaN is out of a float's range"),
+    ('{"X": 1e999}', "line 2, X: 1e999 is out of a float's range"),
+    ('{"S": 5}', "line 2, S: 5 is not a string"),
+    ('{"BODY": ["a"]}', 'line 2, BODY: ["a"] is not a string'),
+    ('{"s": "a", "S": "b"}', "line 2: S is named twice"),
+    ('["a"]', "line 2: not a JSON object"),
+    ('{"N": 2,}', "line 2: not JSON (Expecting property name enclosed in double quotes at "
+                  "column 9)"),
+    ('{"m": 2}', "line 2: 'm' is not an attribute of {name} (N, X, S, BODY)"),
+])
+def test_jsonl_values_are_checked_against_the_attribute_types(
+        cluster: Running, line: str, error: str) -> None:
+    name = f"TYPES{zlib.crc32(line.encode())}"
+    define(cluster, name)
+    out = mbds(cluster, "load", "file", name, "-", "--format", "jsonl",
+               input=f'{{"n": 1, "x": 2, "s": "ok"}}\n{line}\n{{"N": 3}}\n'.encode())
+    assert out.returncode == 1
+    error = error.format(name=name)
+    assert out.stderr.decode() == f"error: {error} (records loaded into {name}: 1)\n"
+    assert stored(cluster, name) == [1]
+
+
+def test_an_unknown_column_is_refused_before_anything_is_loaded(cluster: Running,
+                                                                 tmp_path: Path) -> None:
+    define(cluster, "UNKNOWN")
+    (tmp_path / "unknown.csv").write_bytes(b"n,people,s\n1,2,a\n2,3,b\n")
+    out = mbds(cluster, "load", "file", "UNKNOWN", str(tmp_path / "unknown.csv"))
+    assert out.returncode == 1
+    assert out.stderr.decode().startswith(
+        "error: line 1: 'people' is not an attribute of UNKNOWN (N, X, S, BODY)")
+    assert stored(cluster, "UNKNOWN") == []
+
+
+def test_standard_input_loads_and_needs_a_format(cluster: Running) -> None:
+    define(cluster, "PIPED")
+    text = "".join(line + "\n" for line in jsonl(RECORDS)).encode()
+    out = mbds(cluster, "load", "file", "PIPED", "-", input=text)
+    assert out.returncode == 2 and b"give --format for standard input" in out.stderr
+    assert stored(cluster, "PIPED") == []
+    out = mbds(cluster, "load", "file", "PIPED", "-", "--format", "jsonl", input=text)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().startswith(f"loaded {len(RECORDS)} records into PIPED")
+    assert dumped(cluster, "PIPED") == jsonl(RECORDS)
+    csv_text = b"S,n\r\nfrom stdin,1\r\n"
+    out = mbds(cluster, "load", "file", "PIPED", "-", "--format", "csv", input=csv_text)
+    assert out.returncode == 0, out.stderr.decode()
+    assert json.dumps({"N": 1, "X": None, "S": "from stdin", "BODY": None}) in dumped(
+        cluster, "PIPED")
+
+
+def test_input_that_is_not_utf8_is_refused_naming_the_line(cluster: Running,
+                                                           tmp_path: Path) -> None:
+    define(cluster, "NOTUTF8")
+    (tmp_path / "latin1.csv").write_bytes(b"n,s\n1,ok\n2,caf\xe9\n3,ok\n")
+    out = mbds(cluster, "load", "file", "NOTUTF8", str(tmp_path / "latin1.csv"))
+    assert out.returncode == 1
+    assert out.stderr.decode() == (
+        f"error: line 3 of {tmp_path / 'latin1.csv'} is not valid UTF-8 (byte 0xe9 at "
+        "position 5) (records loaded into NOTUTF8: 1)\n")
+    assert stored(cluster, "NOTUTF8") == [1]
+
+
+def test_an_unknown_file_is_refused(cluster: Running, tmp_path: Path) -> None:
+    (tmp_path / "x.jsonl").write_text('{"N": 1}\n')
+    for args in (["load", "file", "NOSUCH", str(tmp_path / "x.jsonl")], ["dump", "NOSUCH"]):
+        out = mbds(cluster, *args)
+        assert out.returncode == 1 and out.stderr == b"error: unknown file NOSUCH\n"
+
+
+def test_a_dump_whose_reader_leaves_ends_quietly(cluster: Running) -> None:
+    """`mbds dump NAME | head -1`: the dump stops when its reader leaves, without an
+    error, and the cluster serves on."""
+    define(cluster, "HEADED", [([k, 0.5, "s" * 1000], None) for k in range(5000)])
+    dump = subprocess.Popen([sys.executable, "-m", "mbds", "dump", "HEADED", "--controller",
+                             cluster.cluster.address], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert dump.stdout is not None and dump.stderr is not None
+    first = dump.stdout.readline()
+    dump.stdout.close()                     # as `head -1` does after its line
+    assert dump.wait(timeout=60) == 141
+    assert dump.stderr.read() == b""
+    assert json.loads(first)["X"] == 0.5
+    assert stored(cluster, "HEADED") == list(range(5000))
