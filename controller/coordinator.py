@@ -126,17 +126,30 @@ class Coordinator:
                 self.unsent = pb.DirectoryUpdate()
             return inbox, {}, []
         update = self.unsent
-        units, insert_clusters = self.iig.place_unit(prepared, transaction, names, update,
-                                                     self.split_search_from)
-        units = self._one_phase(units, update)
+        before = (len(update.descriptors), len(update.clusters))
+        units: dict[int, pb.TrafficUnit] = {}
         try:
+            units, insert_clusters = self.iig.place_unit(prepared, transaction, names, update,
+                                                         self.split_search_from)
+            units = self._one_phase(units, update)
             inbox = self.bus.broadcast(units, timeout, len(prepared))
         except BaseException:      # refused: nothing was sent
             self.iig.unplace(names, units)
+            self._retract(update, *before)
             raise
         if len(units) == len(self.links):
             self.unsent = pb.DirectoryUpdate()
         return inbox, units, insert_clusters
+
+    def _retract(self, update: pb.DirectoryUpdate, descriptors: int, clusters: int) -> None:
+        """Take back the directory entries IIG allocated for a unit refused before it was
+        sent (those `update` gained past the counts it had before)."""
+        new = pb.DirectoryUpdate(descriptors=update.descriptors[descriptors:],
+                                 clusters=update.clusters[clusters:])
+        if new.descriptors or new.clusters:
+            self.directory.retract(new)
+            del update.descriptors[descriptors:]
+            del update.clusters[clusters:]
 
     def _stalled(self, inbox: Inbox) -> None:
         """A client that took no reply within the stalled-reader bound would hold its

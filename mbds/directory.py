@@ -199,6 +199,26 @@ class Directory:
             for key in [k for k in self.at if k[0] == name]:
                 del self.at[key]
 
+    def retract(self, update: pb.DirectoryUpdate) -> None:
+        """Take back the type-C descriptors and the clusters of `update`, allocated here
+        for a traffic unit refused before it was sent: no backend has seen them, and kept
+        they would travel with the next unit (a value too large for any message would
+        then fail every unit after it)."""
+        self.generation += 1
+        for c in update.clusters:
+            file, dids = self.clusters.pop(c.id)
+            del self.cluster_ids[(file, dids)]
+            self.file_clusters[file].discard(c.id)
+            for did in dids:
+                self.by_did.get(did, set()).discard(c.id)
+        for d in update.descriptors:
+            desc = self.descriptors.pop(d.id)
+            if desc.kind != "C":
+                raise ValueError(f"descriptor {d.id} is of type {desc.kind}: only type-C "
+                                 "descriptors are allocated for a traffic unit")
+            self.by_did.pop(d.id, None)
+            self.at[(desc.file, desc.attr)].eq.pop(desc.value, None)
+
     def to_update(self) -> pb.DirectoryUpdate:
         """The whole directory as one update (for a backend that missed some)."""
         return pb.DirectoryUpdate(

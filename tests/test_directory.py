@@ -74,6 +74,25 @@ files:
     assert iig.directory.at[("CENSUS", "CITY")].search("=", "Nowhere") == set()
 
 
+def test_entries_allocated_for_a_refused_unit_are_taken_back() -> None:
+    """A new type-C value's descriptor and cluster, retracted, leave the directory as it
+    was: the value is new again, and what a search finds is unchanged."""
+    iig = Iig(Directory())
+    iig.define(parse_definition("files: {F: {attributes: {K: string}, directory: {K: {type: C}}}}"))
+    kept = iig.cluster_of("F", ["F", "kept"], pb.DirectoryUpdate())
+    digest, generation = iig.directory.digest(), iig.directory.generation
+    update = pb.DirectoryUpdate()
+    iig.cluster_of("F", ["F", "gone"], update)
+    assert len(update.descriptors) == len(update.clusters) == 1
+    iig.directory.retract(update)
+    d = iig.directory
+    assert d.digest() == digest and d.generation > generation
+    assert d.descriptor_key("F", ["F", "gone"])[1] is None
+    assert d.cluster_search("F", {"K": d.descriptor_search(["F"], "K", ">=", "a")}) == {kept}
+    with pytest.raises(ValueError, match="only type-C"):
+        d.retract(pb.DirectoryUpdate(descriptors=[d.descriptors[1].to_pb()]))
+
+
 @pytest.mark.parametrize("text,message", [
     ("files: {}", "non-empty 'files'"),
     ("files: {F: {attributes: {A: text}}}", "has type 'text'"),

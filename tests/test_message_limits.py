@@ -51,6 +51,10 @@ files:
     attributes: {K: integer}
     directory:
       K: {type: A, ranges: [[0, 1000000]]}
+  TAGGED:
+    attributes: {K: integer, T: string}
+    directory:
+      T: {type: C}
 """
 
 MB = 1_000_000
@@ -217,6 +221,23 @@ def test_a_unit_too_large_for_any_message_is_refused_by_name(cluster: Running) -
     assert res.records == [{"COUNT(K)": 0 if len(cluster.cluster.backends) == 1 else 2}]
     assert all(b.reachable and not b.error for b in c.status().backends)
     c.execute("DELETE (FILE = TWIN)")
+
+
+def test_a_refused_unit_leaves_no_directory_entry_behind(cluster: Running) -> None:
+    """A record whose new type-C value makes its unit too large for a message (the value
+    travels twice: in the record and in its new descriptor) is refused by name, and the
+    descriptor allocated for it is taken back: the directory is as before, and the next
+    units, which would have carried it, still fit."""
+    c = cluster.client
+    digest = c.status().directory_digest
+    for letter in "xy":
+        with pytest.raises(ClientError, match="MAX_MESSAGE"):
+            list(c.load("TAGGED", ["K", "T"], [([1, letter * (40 << 20)], None)]))
+    assert c.status().directory_digest == digest
+    c.execute("INSERT (<FILE, TAGGED>, <K, 2>, <T, small>)")
+    [res] = c.execute("RETRIEVE (FILE = TAGGED) (K, T)")
+    assert res.records == [{"K": 2, "T": "small"}]
+    c.execute("DELETE (FILE = TAGGED)")
 
 
 def test_a_load_of_wide_records_with_the_default_chunk(cluster: Running) -> None:
