@@ -36,7 +36,7 @@ from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
 from backend.store import Store
 from backend.twophase import TwoPhaseWrites
 from backend.writer import Writer
-from mbds import metrics
+from mbds import faults, metrics
 from mbds.directory import Directory, changes
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
@@ -329,6 +329,7 @@ class BackendNode:
                     self._send(st, pb.BackendReply(forgotten=True))   # PP's commit carried out
                     self._forget(st)
                 else:                      # one-phase, or nothing written here
+                    faults.hit("backend.one_phase_committed")
                     await self._finish(st, committed=True)
             else:
                 await self.execution.run_reads(st, plans, queued)

@@ -92,6 +92,8 @@ class Inbox:
         self.ahead: dict[Link, deque[pb.BackendReply]] = {x: deque() for x in links}
         self.consumed: dict[Link, int] = dict.fromkeys(links, 0)
         self.sent = {x: Sent() for x in links}
+        # The backends that commit the unit by themselves (one phase), set by the sender.
+        self.one_phase: frozenset[Link] = frozenset()
         for link in links:
             link.pending[seq] = self
 
@@ -280,13 +282,14 @@ class Inbox:
         if self.deciding is None:
             self._abort_now(reason)
 
-    async def abort_and_wait(self, reason: str, grace: float = 1.0) -> None:
+    async def abort_and_wait(self, reason: str, grace: float = 1.0) -> str:
         """Abort, and wait (a little past the deadline at most) until every backend
         whose bus is open has rolled the unit back: a client told that its unit failed
-        then finds it nowhere, even in the backends' files."""
+        then finds it nowhere, even in the backends' files. Returns what the client must
+        be told besides (`one_phase_outcome`)."""
         self.abort(reason)
         if self.deciding is not None:
-            return
+            return ""
         # Those whose last reply came have nothing to roll back.
         self.ended.update(x for x, sent in self.sent.items() if sent.final)
         loop = asyncio.get_running_loop()
@@ -295,10 +298,24 @@ class Inbox:
             try:
                 link, msg = await self.queue.get(until)
             except TimeoutError:
-                return
+                break
             if msg is None or isinstance(msg, pb.BackendReply) and \
                     msg.WhichOneof("body") in FINAL_KINDS:
                 self.ended.add(link)
+        return self.one_phase_outcome()
+
+    def one_phase_outcome(self) -> str:
+        """A backend that writes the unit in one phase commits it by itself: an abort may
+        come too late. What the client must be told then ("" when the abort came in time):
+        that the writes are stored, or, without an answer, that they may be."""
+        for link in self.one_phase:
+            if self.sent[link].final == "committed":
+                return (f"; but backend {link.name} had committed it in one phase before the "
+                        "abort reached it: its writes are stored")
+            if not self.sent[link].final:
+                return (f"; backend {link.name}, which writes it in one phase, has not "
+                        "answered the abort: its writes may have been stored")
+        return ""
 
     def _abort_now(self, reason: str) -> None:
         for link in self.links:

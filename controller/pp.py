@@ -321,13 +321,17 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
         finished = True
         # Every backend, the failing one too: one that missed the deadline may be alive
         # and waiting (e.g. for a silent peer's ids).
-        await inbox.abort_and_wait(str(f.error))
+        outcome = await inbox.abort_and_wait(str(f.error))
+        if writes and outcome:
+            raise type(f.error)(f"{f.error}{outcome}") from None
         raise f.error from None
     except (SemanticError, TrafficUnitAborted) as e:
         # PP's own refusal (a join past its bound, a value no message carries, a sum
         # past 64 bits): the unit is rolled back everywhere before the client hears it.
         finished = True
-        await inbox.abort_and_wait(str(e))
+        outcome = await inbox.abort_and_wait(str(e))
+        if writes and outcome:
+            raise type(e)(f"{e}{outcome}") from None
         raise
     finally:
         inbox.unregister()

@@ -2,13 +2,15 @@
 
 A process started with MBDS_FAULTS="point=action[,point=action…]" acts at those points:
 `crash` ends the process at once (as SIGKILL would: nothing flushed, no goodbye on
-any stream), `error` makes the step fail as an exception would. Unset, a point costs
+any stream), `error` makes the step fail as an exception would, `stall` stops the
+thread there for STALL_S seconds (as a paused process would be). Unset, a point costs
 one set lookup.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 POINTS = (
     "backend.before_define",        # a definition's files are being stored (writer's job)
@@ -18,11 +20,13 @@ POINTS = (
     "backend.after_vote",           # "prepared" is queued for PP; the decision has not come
     "backend.before_commit",        # PP's commit has come; the unit is not yet forgotten
     "backend.after_commit",         # forgotten here; "forgotten" not yet sent
+    "backend.one_phase_committed",  # a one-phase unit durable here; "committed" not yet sent
     "controller.before_decision",   # every vote is in; the decision is not yet written
     "controller.after_decision",    # the decision is on disk; no Commit sent yet
     "controller.mid_commit",        # Commit sent to the first prepared backend only
 )
-ACTIONS = ("crash", "error")
+ACTIONS = ("crash", "error", "stall")
+STALL_S = 3.0
 
 
 class FaultInjected(RuntimeError):
@@ -55,3 +59,5 @@ def hit(point: str) -> None:
         os._exit(137)
     if action == "error":
         raise FaultInjected(f"fault injected at {point}")
+    if action == "stall":
+        time.sleep(STALL_S)

@@ -636,3 +636,34 @@ def test_another_backend_at_a_known_backends_address_is_refused(tmp_path: Path) 
             assert res.records == [{"COUNT(CITY)": 2}]
 
     run(scenario)
+
+
+def test_an_abort_too_late_for_a_one_phase_writer_is_told() -> None:
+    """A unit aborted (its deadline passed) while b0 writes it in one phase: when b0
+    answers the abort with `committed` the client is told its writes are stored; with
+    an error, nothing more; with no answer within the grace, that they may be stored. A
+    `committed` from a backend of a two-phase unit (one that wrote nothing) says
+    nothing of the unit."""
+    async def outcome(last: pb.BackendReply | None, one_phase: bool) -> str:
+        b0, b1 = FakeLink("b0", 0), FakeLink("b1", 1)
+        inbox = inbox_of([b0, b1], 1)
+        inbox.deadline = asyncio.get_running_loop().time()
+        if one_phase:
+            inbox.one_phase = frozenset([b0])
+        inbox.deliver(b1, pb.BackendReply(error="b1: traffic unit aborted"))
+        if last is not None:
+            inbox.deliver(b0, done(0))
+            inbox.deliver(b0, last)
+        told = await inbox.abort_and_wait("deadline", grace=0.05)
+        assert [m.WhichOneof("body") for m in b0.sent] == ["abort"]
+        return told
+
+    stored = asyncio.run(outcome(COMMITTED, True))
+    assert stored == ("; but backend b0 had committed it in one phase before the abort "
+                      "reached it: its writes are stored")
+    assert asyncio.run(outcome(pb.BackendReply(error="b0: rolled back"), True)) == ""
+    assert asyncio.run(outcome(None, True)) == (
+        "; backend b0, which writes it in one phase, has not answered the abort: its "
+        "writes may have been stored")
+    assert asyncio.run(outcome(COMMITTED, False)) == ""
+    assert asyncio.run(outcome(None, False)) == ""

@@ -221,3 +221,25 @@ def test_a_unit_past_its_deadline_names_the_backends_that_did_not_answer(
     assert str(err.value) == ("traffic unit aborted: no answer within the 3 s deadline "
                               f"from backend b1 ({b1.address})")
     retry(r.client, "RETRIEVE (FILE = Census) (COUNT(CITY))", timeout=30)
+
+
+def test_a_one_phase_unit_its_abort_came_too_late_for_is_not_told_as_failed(
+        cluster_factory) -> None:
+    """A one-phase unit (one backend) made durable, then its backend stalls before it
+    says so, past the unit's deadline and the abort's grace: the client is not told
+    that its unit failed, as if it were nowhere, but that its writes may be stored; they
+    are, once the backend goes on."""
+    r = cluster_factory(1)
+    r.client.define(CENSUS_YAML)
+    r.cluster.backends[0].kill()
+    r.cluster.restart_backend(0, env={"MBDS_FAULTS": "backend.one_phase_committed=stall"})
+    retry(r.client, COUNT, timeout=60)          # back (a read does not pass the point)
+    with Client(r.cluster.address, timeout=0.5) as c, pytest.raises(ClientError) as err:
+        c.execute("INSERT (<FILE, Census>, <CITY, late>, <POP, 1>)")
+    assert err.value.code == "DEADLINE_EXCEEDED"
+    assert str(err.value).endswith(
+        "; backend b0, which writes it in one phase, has not answered the abort: its "
+        "writes may have been stored")
+    [res] = retry(r.client, "RETRIEVE ((FILE = Census) and (CITY = late)) (POP)", timeout=60)
+    assert res.records == [{"POP": 1}]
+    assert faults.STALL_S > 0.5 + 1.0           # the deadline, then the abort's grace
