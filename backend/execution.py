@@ -187,8 +187,13 @@ class Execution:
         return log.unit
 
     async def _replan(self, st: TuState, i: int) -> RequestPlan:
+        """Request `i` planned again after an earlier one of the unit moved records: a
+        move may have made descriptors (a new type-C value) and clusters since stage 1,
+        so descriptor search is made again too, whole (every backend holds the whole
+        directory), for the unit's later requests to find the records where they are."""
         assert st.tu is not None
-        return dm.plan_requests(self.directory, st.tu, st.found)[i]
+        found = dm.descriptor_search(self.directory, st.tu, 0, 1)
+        return dm.plan_requests(self.directory, st.tu, found)[i]
 
     def _write(self, conn: sqlite3.Connection, rp: RequestPlan, log: UndoLog | None) -> int:
         req = rp.request

@@ -118,6 +118,24 @@ def test_update_of_directory_attribute_moves_records_to_their_cluster(census: Ru
     assert len(set(backend_digests(census))) == 1
 
 
+def test_a_transaction_finds_the_records_it_moved_to_a_new_value(census: Running) -> None:
+    """A transaction's later requests find a record an earlier one of it moved to a
+    type-C value new to the directory (its descriptor made after the unit's descriptor
+    search): read, updated and counted where it now is."""
+    c = census.client
+    c.execute("INSERT (<FILE, Census>, <CITY, Stayer>, <POP, 20>, <STATE, NY>)")
+    got = c.execute("[ UPDATE ((FILE = Census) and (CITY = Stayer)) <CITY = 'Newly Named'>; "
+                    "RETRIEVE ((FILE = Census) and (CITY = 'Newly Named')) (POP); "
+                    "UPDATE ((FILE = Census) and (CITY = 'Newly Named')) <POP = 30>; "
+                    "RETRIEVE ((FILE = Census) and (CITY > 'Newly')) (COUNT(POP)) ]")
+    assert [r.stats["records_retrieved"] for r in got[::2]] == [1, 1]
+    assert got[1].records == [{"POP": 20}]
+    assert got[3].records == [{"COUNT(POP)": 1}]
+    [after] = c.execute("RETRIEVE ((FILE = Census) and (CITY = 'Newly Named')) (POP)")
+    assert after.records == [{"POP": 30}]
+    c.execute("DELETE ((FILE = Census) and (CITY = 'Newly Named'))")
+
+
 def test_one_update_over_files_moves_records_only_where_the_attribute_addresses(
         census: Running) -> None:
     """A conjunction without FILE reaches every file with its attributes: here LEVEL is a
