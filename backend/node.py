@@ -23,13 +23,14 @@ import time
 from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from backend import check
+from backend import check, dm
 from backend.cc import LockTable, S, X
 from backend.commit import PreparedUnits
 from backend.definitions import Definitions, defines
 from backend.exchange import IdExchange, wake
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
+from backend.movers import Movers, files_of
 from backend.plan import RequestPlan
 from backend.plancache import PlanCache
 from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
@@ -75,6 +76,7 @@ class BackendNode:
         self.plans = PlanCache(self.directory, name)
         self.tus: dict[tuple[str, int], TuState] = {}
         self.stage2: Mailbox[tuple[tuple[str, int], TuState]] = Mailbox()
+        self.movers = Movers()
         self.exchange = IdExchange(peers, result_timeout, self.plans)
         self.iig = iig
         self.definitions = Definitions(store, self.writer, self.directory)
@@ -195,6 +197,7 @@ class BackendNode:
         try:
             with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
                 st.found = self.plans.search(shape, tu, *self.exchange.share(st, tu))
+                st.searched = self.directory.generation
                 self.exchange.send(st, tu, st.found)
         except Exception as e:   # the unit fails alone; its locks must not outlive it
             log.exception("descriptor search failed for %s", key)
@@ -203,7 +206,8 @@ class BackendNode:
         finally:
             with self._h("cc.attribute_release"):
                 self.cc.release(handle)
-        if self.stage2.idle and self.exchange.gathered(st):
+        if self.stage2.idle and self.exchange.gathered(st) and \
+                not self.movers.before(files_of(shape)):
             # Nothing is in or waiting for stage 2 and nothing is to be waited for: the
             # unit goes through stage 2 here, in bus order, without a hand-over.
             await self._run_stage2(key, st)
@@ -282,10 +286,18 @@ class BackendNode:
 
     async def _stage2(self, key: tuple[str, int], st: TuState) -> None:
         tu = st.tu
-        assert tu is not None
-        st.found = await self.exchange.gather(st)
         shape = st.shape
-        assert shape is not None
+        assert tu is not None and shape is not None
+        files = files_of(shape)
+        if ends := self.movers.before(files):      # (`movers.py`)
+            await asyncio.wait(ends)
+        st.found = await self.exchange.gather(st)
+        if st.searched != self.directory.generation:
+            # Descriptors made since the search (a mover's new value) are searched too:
+            # whole, as every backend holds the whole directory.
+            st.found = dm.descriptor_search(self.directory, tu, 0, 1)
+        if any(r.moves_records for r in tu.requests):
+            self.movers.start(key, files)
         with self._h("cc.did_group_lock"):
             handle = await self._acquire("did_group", key, shape.groups)
         with self._h("dm.did_groups_locked"):     # cluster search and address generation
@@ -349,6 +361,7 @@ class BackendNode:
             st.released = True
             with self._h("cc.cluster_release"):
                 self.cc.release(lock)
+            self.movers.end(st.key)
 
     def _aborted(self, st: TuState) -> str:
         return f"backend {self.name}: traffic unit aborted: {st.cancelled or 'cancelled'}"
@@ -359,6 +372,7 @@ class BackendNode:
             st.bus.send(msg)
 
     def _forget(self, st: TuState) -> None:
+        self.movers.end(st.key)
         if self.tus.get(st.key) is st:
             del self.tus[st.key]
 

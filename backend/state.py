@@ -77,6 +77,7 @@ class TuState:
     bad_ids: str = ""                  # why ids that came for it are not its senders'
     config: BusConfig | None = None    # the bus's, when its share was worked out
     found: DescriptorResults = field(default_factory=dict)
+    searched: int = -1                 # the directory's generation at descriptor search
     shape: Shape | None = None         # its requests' checks and plans (`plancache.py`)
     cancelled: str = ""
     # The writer's job storing the latest directory update not yet stored when this

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 from mbds.client import Client
 from tests.conftest import backend_digests
+from tests.crashes import retry
 
 ACCOUNTS_YAML = """
 files:
@@ -133,3 +135,55 @@ def test_concurrent_new_type_c_values_leave_identical_directories(cluster_factor
     assert len(res.records) == 8 * 2      # i in {3, 13} for each of 8 threads
     [res] = r.client.execute("RETRIEVE (FILE = Account) (COUNT(ID))")
     assert res.records[0]["COUNT(ID)"] == 160
+
+
+MOVES_YAML = """
+files:
+  MOVED:
+    attributes: {ID: integer, BAL: integer, GRP: integer, NOTE: string}
+    directory:
+      BAL: {type: A, ranges: [[0, 499], [500, 100000]]}
+      GRP: {type: C}
+"""
+
+
+def test_a_unit_after_a_move_finds_the_records_where_the_move_put_them(
+        cluster_factory) -> None:
+    """A mover (an UPDATE of a directory attribute) waits behind a stalled update; a
+    RETRIEVE, a DELETE's count and a new-value search come after it on the bus. The
+    mover puts its records into clusters, and a descriptor, that did not exist when the
+    later units came: each later unit still finds the records where the mover put them,
+    as the serial order of the bus says (planned when they came, they looked for them
+    where they were)."""
+    r = cluster_factory(2)
+    r.client.define(MOVES_YAML)
+    r.client.execute("[ INSERT (<FILE, Moved>, <ID, 1>, <BAL, 300>, <GRP, 7>); "
+                     "INSERT (<FILE, Moved>, <ID, 2>, <BAL, 300>, <GRP, 8>); "
+                     "INSERT (<FILE, Moved>, <ID, 99>, <BAL, 1>, <GRP, 9>) ]")
+    r.cluster.backends[0].kill()
+    r.cluster.restart_backend(0, env={"MBDS_FAULTS": "backend.before_vote=stall"})
+    retry(r.client, "RETRIEVE (FILE = Moved) (ID)", timeout=60)
+    # In bus order: a stalled update holding the file, the movers, then the readers.
+    units = ["UPDATE ((FILE = Moved) and (ID = 99)) <NOTE = held>",
+             "UPDATE ((FILE = Moved) and (GRP = 7)) <BAL = BAL + 300>",    # a new cluster
+             "UPDATE ((FILE = Moved) and (ID = 2)) <GRP = 80>",          # a new value
+             "RETRIEVE ((FILE = Moved) and (GRP = 7)) (ID, BAL)",
+             "RETRIEVE ((FILE = Moved) and (GRP > 70)) (ID, GRP)",
+             "[ DELETE ((FILE = Moved) and (GRP = 7)); RETRIEVE (FILE = Moved) (COUNT(ID)) ]"]
+    answers: dict[int, list] = {}
+    clients = [Client(r.cluster.address, timeout=60) for _ in units]
+    threads = [threading.Thread(target=lambda i=i: answers.__setitem__(
+        i, clients[i].execute(units[i]))) for i in range(len(units))]
+    try:
+        for t in threads:
+            t.start()
+            time.sleep(0.3)          # each on the bus before the next
+        for t in threads:
+            t.join(60)
+    finally:
+        for c in clients:
+            c.close()
+    assert answers[3][0].records == [{"ID": 1, "BAL": 600}]
+    assert answers[4][0].records == [{"ID": 2, "GRP": 80}]
+    assert answers[5][0].stats["records_retrieved"] == 1
+    assert answers[5][1].records == [{"COUNT(ID)": 2}]

@@ -127,7 +127,8 @@ def test_a_transaction_finds_the_records_it_moved_to_a_new_value(census: Running
     got = c.execute("[ UPDATE ((FILE = Census) and (CITY = Stayer)) <CITY = 'Newly Named'>; "
                     "RETRIEVE ((FILE = Census) and (CITY = 'Newly Named')) (POP); "
                     "UPDATE ((FILE = Census) and (CITY = 'Newly Named')) <POP = 30>; "
-                    "RETRIEVE ((FILE = Census) and (CITY > 'Newly')) (COUNT(POP)) ]")
+                    "RETRIEVE ((FILE = Census) and (CITY > 'Newly Name') and "
+                    "(CITY < 'Newly Namf')) (COUNT(POP)) ]")
     assert [r.stats["records_retrieved"] for r in got[::2]] == [1, 1]
     assert got[1].records == [{"POP": 20}]
     assert got[3].records == [{"COUNT(POP)": 1}]

@@ -1,0 +1,46 @@
+"""Units under way that may move records of a file into clusters made as they run.
+
+An UPDATE of a directory attribute moves each record to the cluster of its new values,
+which IIG makes while the unit runs if it is new (and a new type-C value's descriptor
+with it). A unit after it in bus order that reads the file waits for its locks, but
+stage 2 would have planned it before: its cluster search would not know the new
+clusters, and it would look for the moved records where they were. So stage 2 plans
+such a unit only once every earlier mover of its files has ended on this backend, in
+bus order as stage 2 runs, and searches descriptors again if the directory changed
+meanwhile (`node.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from typing import cast
+
+from backend.plancache import Shape
+
+
+def files_of(shape: Shape) -> frozenset[str]:
+    """The files a unit's predicates search (those its plan may miss moved records of)."""
+    return frozenset(cast(tuple[str, str, str], group)[1] for group in shape.groups)
+
+
+class Movers:
+    """The movers under way on this backend, with the files each may move records in."""
+
+    def __init__(self) -> None:
+        self.running: dict[Hashable, tuple[frozenset[str], asyncio.Future[None]]] = {}
+
+    def before(self, files: frozenset[str]) -> list[asyncio.Future[None]]:
+        """The ends to wait for before planning a unit that searches `files`."""
+        if not self.running:
+            return []
+        return [end for moved, end in self.running.values() if moved & files]
+
+    def start(self, key: Hashable, files: frozenset[str]) -> None:
+        self.running[key] = (files, asyncio.get_running_loop().create_future())
+
+    def end(self, key: Hashable) -> None:
+        """The unit ended here (committed, rolled back or failed); idempotent."""
+        entry = self.running.pop(key, None)
+        if entry is not None and not entry[1].done():
+            entry[1].set_result(None)
