@@ -208,15 +208,28 @@ class Client:
         traffic unit, stored on every backend or on none. A value the wire cannot carry
         (an integer beyond 64 bits, say) or a record no message can carry ends the stream
         before its batch is sent and is raised here, named: batches acknowledged before
-        it stay loaded, as with any refused batch."""
+        it stay loaded, as with any refused batch. An exception `rows` raises cancels the
+        load (the batches in flight with it) and is raised here as it was raised."""
         refused: list[str] = []
-        batches = load_requests(file, attributes, rows, chunk, refused)
+        failed: list[Exception] = []
+
+        def kept(rows: Iterable[tuple[Sequence[Value], str | None]]
+                 ) -> Iterator[tuple[Sequence[Value], str | None]]:
+            try:
+                yield from rows
+            except Exception as e:     # gRPC would report it only as "iterating requests"
+                failed.append(e)
+                raise
+
+        batches = load_requests(file, attributes, kept(rows), chunk, refused)
         try:
             for batch in self.stub.Load(batches, timeout=max(self.timeout, 3600)):
                 for reply in batch.replies:
                     if reply.WhichOneof("body") == "done":
                         yield reply.done
         except grpc.RpcError as e:
+            if failed:
+                raise failed[0] from None
             raise _error(e) from None
         if refused:
             raise ClientError("INVALID_ARGUMENT", refused[0])

@@ -8,7 +8,7 @@ import io
 import json
 import sqlite3
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -369,6 +369,24 @@ def test_a_refused_batch_changes_no_data_and_names_its_record(cluster_factory) -
     # checked as it comes, so none after it was taken.
     assert len(here) == acknowledged == 1000
     assert not {(x[1], x[2]) for x in here} & {(row[0], row[1]) for row in rows[1000:1250]}
+
+
+def test_an_exception_of_the_records_source_is_raised_as_it_was(cluster_factory) -> None:
+    """The records' own generator failing mid-load cancels the load and reaches the
+    caller as itself (not as gRPC's "Exception iterating requests!"); no record of the
+    batch it broke is stored."""
+    r = cluster_factory(1)
+    r.client.define(CENSUS_YAML)
+
+    def rows() -> Iterator[tuple[list, None]]:
+        for i in range(300):
+            if i == 120:
+                raise KeyError("the source's own failure")
+            yield census_row(i), None
+
+    with pytest.raises(KeyError, match="the source's own failure"):
+        list(r.client.load("CENSUS", ATTRS, rows(), chunk=250))
+    assert [x for recs in stored(r).values() for x in recs] == []
 
 
 def test_a_batch_a_backend_fails_lands_on_no_backend(cluster_factory) -> None:
