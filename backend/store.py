@@ -208,13 +208,16 @@ class Store:
             else:
                 conn.execute(f"DROP INDEX IF EXISTS {name}")
 
-    def cluster_counts(self, files: list[str]) -> list[tuple[int, int]]:
-        """(cluster id, records here) for every non-empty cluster: IIG's placement state."""
+    def cluster_counts(self, ranges: dict[str, tuple[int, int]]) -> list[tuple[int, int]]:
+        """(cluster id, records here) of every non-empty cluster of each file with its id
+        in the file's (low, high) range: IIG's placement state, a part of the directory
+        at a time (through the cluster index; in the counting thread)."""
         conn = self.reader()
         out: list[tuple[int, int]] = []
-        for f in files:
-            out += conn.execute(
-                f"SELECT cluster_id, COUNT(*) FROM {table(f)} GROUP BY cluster_id").fetchall()
+        for f, (low, high) in ranges.items():
+            out += conn.execute(f"SELECT cluster_id, COUNT(*) FROM {table(f)} WHERE "
+                                "cluster_id BETWEEN ? AND ? GROUP BY cluster_id",
+                                (low, high)).fetchall()
         return out
 
     def close(self) -> None:

@@ -32,16 +32,27 @@ def list_files(s: pb.StatusReply) -> None:
         directory = [f"{a.name} {a.directory}" for a in f.attributes if a.directory]
         _row(t, f.name, str(len(f.attributes)), ", ".join(directory) or "-",
                   ", ".join(a.name for a in f.attributes if a.indexed) or "-")
+    if s.file_defs_left_out:
+        _row(t, f"… {s.file_defs_left_out} more", "", "", "")
     console.print(t)
 
 
-def _shown(d: pb.Descriptor, attr_kind: str) -> str:
+def _shown(d: pb.Descriptor, attr_kind: str,
+           cut: pb.ShortenedValues | None = None) -> str:
+    """A descriptor as a cell. `cut`: the full length of each value the controller cut
+    short, which is shown ending in "…", followed by that length."""
+    cut = cut or pb.ShortenedValues()
+
+    def value(v: pb.Value, length: int) -> str:
+        x = from_pb(v)
+        shown = repr(x) if isinstance(x, str) else str(x)
+        return f"{shown}… ({length} characters)" if length else shown
+
     if d.kind == "A":
-        return f"{from_pb(d.low)} .. {from_pb(d.high)}"
+        return f"{value(d.low, cut.low)} .. {value(d.high, cut.high)}"
     if d.kind == "N":        # the records no other descriptor of the attribute takes
         return "no value" if attr_kind == "C" else "any other value, or no value"
-    v = from_pb(d.value)
-    return f"= {v!r}" if isinstance(v, str) else f"= {v}"
+    return f"= {value(d.value, cut.value)}"
 
 
 def _order(d: pb.Descriptor) -> tuple[int, str, Any]:
@@ -69,8 +80,10 @@ def describe_file(s: pb.StatusReply, name: str) -> None:
     for attr, attr_kind in kinds.items():
         found = sorted(by_attr.get(attr, []), key=_order)
         for d in found[:SHOWN]:
-            _row(t, attr, d.kind, _shown(d, attr_kind), str(d.id))
+            _row(t, attr, d.kind, _shown(d, attr_kind, s.shortened.get(d.id)), str(d.id))
         more = s.descriptor_counts.get(attr, 0) - min(len(found), SHOWN)
         if more > 0:
             _row(t, attr, "", f"… {more} more", "")
+    if any(d.id in s.shortened for d in s.descriptors):
+        t.caption = Text("values ending in … are shortened: their full length follows")
     console.print(t)

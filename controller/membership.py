@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from controller.bus import BackendLink, Bus
+from controller.bus import BackendLink, Bus, directory_entries, directory_parts
 from controller.decisions import Decisions
 from controller.iig import Iig
 from mbds import metrics
@@ -28,6 +28,14 @@ from mbds.errors import BackendUnavailable, shorten
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.controller")
+
+# Reads of a backend's directory before the controller gives up on one that keeps
+# changing between its parts.
+DIRECTORY_READS = 3
+
+
+def _position(p: pb.DirectoryPosition) -> tuple[int, str, int]:
+    return (p.section, p.after_file, p.after_id)
 
 
 def natural_key(name: str) -> list[object]:
@@ -67,35 +75,39 @@ class Membership:
     async def _join(self, links: list[BackendLink]) -> None:
         """Admit backends: read their directories and placement counts, order the set
         by name, bring every directory up to date, and (re)open every bus."""
-        replies = await asyncio.gather(*(self._directory_of(link) for link in links))
-        if len({r.name for r in replies}) != len(replies):
-            raise BackendUnavailable(f"two backends share a name: "
-                                     f"{sorted(r.name for r in replies)}")
+        reads = await asyncio.gather(*(self._directory_of(link) for link in links))
+        names = [parts[0].name for parts in reads]
+        if len(set(names)) != len(names):
+            raise BackendUnavailable(f"two backends share a name: {sorted(names)}")
         # Every directory is checked before any is applied: `Directory.apply` trusts it.
+        # A directory's parts come files first, then descriptors, then clusters, so each
+        # part is checked against the directory and the parts checked before it.
         joining = EntryCheck(self.directory)
-        for link, reply in zip(links, replies, strict=True):
+        for link, parts in zip(links, reads, strict=True):
             try:
-                if reply.name != link.name:
-                    raise EntryError(f"it names backend {shorten(repr(reply.name))}")
-                joining.check(reply.directory)
+                if parts[0].name != link.name:
+                    raise EntryError(f"it names backend {shorten(repr(parts[0].name))}")
+                for part in parts:
+                    joining.check(part.directory)
             except EntryError as e:
                 raise BackendUnavailable(f"backend {link.name} ({link.address}): its "
                                          f"directory is refused: {e}") from None
-        for reply in replies:
+        for name in names:
             # A known backend at a new address (a re-created container): same data,
             # same identity; the new link replaces the old one.
-            old = next((x for x in self.links if x.name == reply.name and x not in links),
-                       None)
+            old = next((x for x in self.links if x.name == name and x not in links), None)
             if old is not None:
                 self.links.remove(old)
                 await old.close()
-        for reply in replies:
-            self.directory.apply(reply.directory)
-            self.iig.count_backend(reply.name, reply.counts)
+        for name, parts in zip(names, reads, strict=True):
+            for part in parts:
+                self.directory.apply(part.directory)
+            self.iig.count_backend(name, (c for part in parts for c in part.counts))
         self.iig.resync()
         self.bus.arrange(sorted({*self.links, *links}, key=lambda x: natural_key(x.name)))
         for link in self.links:
-            digest = next((r.directory_digest for r in replies if r.name == link.name), None)
+            digest = next((parts[0].directory_digest for parts in reads
+                           if parts[0].name == link.name), None)
             if digest is None:
                 digest = (await self._hello(link, self.connect_timeout)).directory_digest
             await self._sync(link, digest)
@@ -118,9 +130,34 @@ class Membership:
         log.info("controller joined %d backends: %s", len(self.links),
                  ", ".join(f"{x.name}@{x.address}" for x in self.links))
 
-    async def _directory_of(self, link: BackendLink) -> pb.DirectoryReply:
+    async def _directory_of(self, link: BackendLink) -> list[pb.DirectoryReply]:
+        """The backend's directory, read part by part (each a message of a few MiB): the
+        parts of one read have one name and one digest, each starts where the one before
+        it said the next would, and the positions only advance. A directory that changed
+        between parts (another digest) is read again from the start."""
         await self._hello(link, self.connect_timeout)
-        return await link.directory(self.timeout)
+        for _ in range(DIRECTORY_READS):
+            start = pb.DirectoryPosition()
+            parts = [await link.directory(start, self.timeout)]
+            while parts[-1].HasField("next"):
+                following = parts[-1].next
+                if following.section > 2 or _position(following) <= _position(start):
+                    raise link.unavailable(
+                        f"its directory's part {len(parts)} names a next position that "
+                        f"does not advance (section {following.section}, "
+                        f"{shorten(repr(following.after_file))}, {following.after_id})")
+                start = following
+                part = await link.directory(start, self.timeout)
+                if (part.name, part.directory_digest) != (parts[0].name,
+                                                          parts[0].directory_digest):
+                    break                   # changed meanwhile: read again
+                parts.append(part)
+            else:
+                return parts
+            log.info("backend %s: its directory changed while it was read; reading it "
+                     "again", link.name)
+        raise link.unavailable(f"its directory changed while it was read, "
+                               f"{DIRECTORY_READS} times")
 
     async def _hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
         """Hello, and the backend's in-doubt units resolved before it serves anything."""
@@ -146,8 +183,11 @@ class Membership:
         return reply
 
     async def _sync(self, link: BackendLink, digest: str) -> None:
+        """A backend whose directory differs gets the whole of it, in parts of a few MiB
+        (each checked and applied there before the next is sent)."""
         if digest != self.directory.digest():
-            await link.apply_directory(self.directory.to_update(), self.timeout)
+            await link.apply_directory(directory_parts(directory_entries(self.directory)),
+                                       self.timeout)
 
     async def ensure_up(self) -> None:
         """Reconnect any backend whose bus broke; refuse work while one is unreachable."""

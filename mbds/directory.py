@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +113,32 @@ def changes(update: pb.DirectoryUpdate) -> bool:
     return bool(update.files or update.descriptors or update.clusters)
 
 
+# The digest is the sum of one hash per entry (file, descriptor, cluster), modulo 2**256:
+# an entry added adds its hash, one taken back subtracts it, whatever the order, so two
+# directories holding the same entries have the same sum however they came to hold them.
+_SUM = 1 << 256
+# Entries added or taken back that wait for `digest` to hash them; past this many they are
+# hashed at once, so they neither pile up in memory nor make one `digest` call long.
+_PENDING = 4096
+
+
+def _file_entry(f: FileSchema) -> tuple[object, ...]:
+    return ("F", f.name, f.revision, tuple((a.name, a.type, a.directory, a.indexed)
+                                           for a in f.attributes))
+
+
+def _entry_hash(entry: object) -> int:
+    """One entry's hash. `repr` of a tuple of names, ints, floats, strings and None is
+    unambiguous: a float keeps its type and every digit, a string is quoted and escaped."""
+    return int.from_bytes(hashlib.sha256(repr(entry).encode()).digest(), "big")
+
+
+def _entry(x: Descriptor | tuple[object, ...]) -> tuple[object, ...]:
+    if isinstance(x, Descriptor):
+        return ("D", x.id, x.file, x.attr, x.kind, x.low, x.high, x.value)
+    return x
+
+
 def file_schema_from_pb(f: pb.FileDef) -> FileSchema:
     return FileSchema(f.name, [Attribute(a.name, a.type, a.directory, a.indexed)
                                for a in f.attributes], revision=f.revision)
@@ -138,6 +163,11 @@ class Directory:
         self.by_did: dict[int, set[int]] = {}
         # Counts the changes: a plan made at one generation holds while it lasts.
         self.generation = 0
+        # The digest's sum of entry hashes, and the entries added and taken back since it
+        # was last brought up to date: `digest` hashes only those, not the whole directory.
+        self._sum = 0
+        self._added: list[Descriptor | tuple[object, ...]] = []
+        self._removed: list[Descriptor | tuple[object, ...]] = []
 
     # ------------------------------------------------------------ updates --
     def apply(self, update: pb.DirectoryUpdate) -> pb.DirectoryUpdate:
@@ -151,9 +181,12 @@ class Directory:
                 # persisted like a new file.
                 if schema.revision > old.revision and old.template() == schema.template():
                     self.files[f.name] = schema
+                    self._drop(_file_entry(old))
+                    self._add(_file_entry(schema))
                     new.files.append(f)
             else:
                 self.files[f.name] = schema
+                self._add(_file_entry(schema))
                 self.file_clusters.setdefault(f.name, set())
                 for attr in self.files[f.name].directory_attributes:
                     kind = "B" if attr == "FILE" else self.files[f.name].by_name[attr].directory
@@ -164,12 +197,14 @@ class Directory:
                 desc = Descriptor.from_pb(d)
                 self.descriptors[d.id] = desc
                 self.at[(desc.file, desc.attr)].add(desc)
+                self._add(desc)
                 new.descriptors.append(d)
         for c in update.clusters:
             if c.id not in self.clusters:
                 dids = tuple(c.descriptor_ids)
                 self.clusters[c.id] = (c.file, dids)
                 self.cluster_ids[(c.file, dids)] = c.id
+                self._add(("C", c.id, c.file, dids))
                 self.file_clusters[c.file].add(c.id)
                 for did in dids:
                     self.by_did.setdefault(did, set()).add(c.id)
@@ -184,17 +219,21 @@ class Directory:
         gets its old schema back."""
         self.generation += 1
         for name, old in before.items():
+            current = self.files.get(name) if old is not None else self.files.pop(name, None)
+            if current is not None:
+                self._drop(_file_entry(current))
             if old is not None:
                 self.files[name] = old
+                self._add(_file_entry(old))
                 continue
-            self.files.pop(name, None)
             for cid in self.file_clusters.pop(name, set()):
                 _, dids = self.clusters.pop(cid)
                 del self.cluster_ids[(name, dids)]
+                self._drop(("C", cid, name, dids))
                 for did in dids:
                     self.by_did.get(did, set()).discard(cid)
             for did in [i for i, d in self.descriptors.items() if d.file == name]:
-                del self.descriptors[did]
+                self._drop(self.descriptors.pop(did))
                 self.by_did.pop(did, None)
             for key in [k for k in self.at if k[0] == name]:
                 del self.at[key]
@@ -208,14 +247,17 @@ class Directory:
         for c in update.clusters:
             file, dids = self.clusters.pop(c.id)
             del self.cluster_ids[(file, dids)]
+            self._drop(("C", c.id, file, dids))
             self.file_clusters[file].discard(c.id)
             for did in dids:
                 self.by_did.get(did, set()).discard(c.id)
         for d in update.descriptors:
-            desc = self.descriptors.pop(d.id)
+            desc = self.descriptors[d.id]
             if desc.kind != "C":
                 raise ValueError(f"descriptor {d.id} is of type {desc.kind}: only type-C "
                                  "descriptors are allocated for a traffic unit")
+            del self.descriptors[d.id]
+            self._drop(desc)
             self.by_did.pop(d.id, None)
             self.at[(desc.file, desc.attr)].eq.pop(desc.value, None)
 
@@ -228,16 +270,37 @@ class Directory:
                       for cid, (f, dids) in sorted(self.clusters.items())])
 
     def digest(self) -> str:
-        """A fingerprint that is equal on two backends exactly when their directories are."""
-        canon = {
-            "files": {n: [f.revision, *((a.name, a.type, a.directory, a.indexed)
-                                       for a in f.attributes)]
-                      for n, f in sorted(self.files.items())},
-            "descriptors": [(d.id, d.file, d.attr, d.kind, d.low, d.high, d.value)
-                            for _, d in sorted(self.descriptors.items())],
-            "clusters": sorted((cid, f, list(dids)) for cid, (f, dids) in self.clusters.items()),
-        }
-        return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()[:16]
+        """A fingerprint that is equal on two backends exactly when their directories are
+        (their files, descriptors and clusters; by 64 bits of SHA-256, as any fingerprint).
+
+        Kept up to date as entries come and go: a call hashes only the entries added or
+        taken back since the last one, so asking for it (every Status and Hello) costs
+        nothing while the directory does not change, and the size of a change when it
+        does, never the size of the directory."""
+        self._fold()
+        counts = f"{len(self.files)} {len(self.descriptors)} {len(self.clusters)} {self._sum:x}"
+        return hashlib.sha256(counts.encode()).hexdigest()[:16]
+
+    def _fold(self) -> None:
+        """Bring the digest's sum up to date with the entries added and taken back."""
+        if self._added or self._removed:
+            total = self._sum
+            for x in self._added:
+                total += _entry_hash(_entry(x))
+            for x in self._removed:
+                total -= _entry_hash(_entry(x))
+            self._sum = total % _SUM
+            self._added, self._removed = [], []
+
+    def _add(self, entry: Descriptor | tuple[object, ...]) -> None:
+        self._added.append(entry)
+        if len(self._added) + len(self._removed) >= _PENDING:
+            self._fold()
+
+    def _drop(self, entry: Descriptor | tuple[object, ...]) -> None:
+        self._removed.append(entry)
+        if len(self._added) + len(self._removed) >= _PENDING:
+            self._fold()
 
     @property
     def max_descriptor_id(self) -> int:

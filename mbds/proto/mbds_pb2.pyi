@@ -235,7 +235,7 @@ class BackendStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., records: _Optional[int] = ..., metrics_url: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("expected_backends", "backends", "files", "directory_digest", "metrics_url", "internal_timing", "file_defs", "descriptors", "descriptor_counts")
+    __slots__ = ("expected_backends", "backends", "files", "directory_digest", "metrics_url", "internal_timing", "file_defs", "descriptors", "descriptor_counts", "shortened", "file_defs_left_out")
     class DescriptorCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +243,13 @@ class StatusReply(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ShortenedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: ShortenedValues
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[ShortenedValues, _Mapping]] = ...) -> None: ...
     EXPECTED_BACKENDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +259,8 @@ class StatusReply(_message.Message):
     FILE_DEFS_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTORS_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTOR_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SHORTENED_FIELD_NUMBER: _ClassVar[int]
+    FILE_DEFS_LEFT_OUT_FIELD_NUMBER: _ClassVar[int]
     expected_backends: int
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
     files: _containers.RepeatedScalarFieldContainer[str]
@@ -261,7 +270,19 @@ class StatusReply(_message.Message):
     file_defs: _containers.RepeatedCompositeFieldContainer[FileDef]
     descriptors: _containers.RepeatedCompositeFieldContainer[Descriptor]
     descriptor_counts: _containers.ScalarMap[str, int]
-    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ..., file_defs: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., descriptor_counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    shortened: _containers.MessageMap[int, ShortenedValues]
+    file_defs_left_out: int
+    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ..., file_defs: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., descriptor_counts: _Optional[_Mapping[str, int]] = ..., shortened: _Optional[_Mapping[int, ShortenedValues]] = ..., file_defs_left_out: _Optional[int] = ...) -> None: ...
+
+class ShortenedValues(_message.Message):
+    __slots__ = ("low", "high", "value")
+    LOW_FIELD_NUMBER: _ClassVar[int]
+    HIGH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    low: int
+    high: int
+    value: int
+    def __init__(self, low: _Optional[int] = ..., high: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
 
 class Predicate(_message.Message):
     __slots__ = ("attr", "op", "value")
@@ -572,8 +593,20 @@ class Outcomes(_message.Message):
     def __init__(self, outcomes: _Optional[_Iterable[_Union[Outcome, _Mapping]]] = ...) -> None: ...
 
 class DirectoryRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("start",)
+    START_FIELD_NUMBER: _ClassVar[int]
+    start: DirectoryPosition
+    def __init__(self, start: _Optional[_Union[DirectoryPosition, _Mapping]] = ...) -> None: ...
+
+class DirectoryPosition(_message.Message):
+    __slots__ = ("section", "after_file", "after_id")
+    SECTION_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FILE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
+    section: int
+    after_file: str
+    after_id: int
+    def __init__(self, section: _Optional[int] = ..., after_file: _Optional[str] = ..., after_id: _Optional[int] = ...) -> None: ...
 
 class ClusterCount(_message.Message):
     __slots__ = ("cluster_id", "records")
@@ -584,16 +617,18 @@ class ClusterCount(_message.Message):
     def __init__(self, cluster_id: _Optional[int] = ..., records: _Optional[int] = ...) -> None: ...
 
 class DirectoryReply(_message.Message):
-    __slots__ = ("name", "directory", "counts", "directory_digest")
+    __slots__ = ("name", "directory", "counts", "directory_digest", "next")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     name: str
     directory: DirectoryUpdate
     counts: _containers.RepeatedCompositeFieldContainer[ClusterCount]
     directory_digest: str
-    def __init__(self, name: _Optional[str] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., counts: _Optional[_Iterable[_Union[ClusterCount, _Mapping]]] = ..., directory_digest: _Optional[str] = ...) -> None: ...
+    next: DirectoryPosition
+    def __init__(self, name: _Optional[str] = ..., directory: _Optional[_Union[DirectoryUpdate, _Mapping]] = ..., counts: _Optional[_Iterable[_Union[ClusterCount, _Mapping]]] = ..., directory_digest: _Optional[str] = ..., next: _Optional[_Union[DirectoryPosition, _Mapping]] = ...) -> None: ...
 
 class PlaceRequest(_message.Message):
     __slots__ = ("file", "directory_values", "backend")

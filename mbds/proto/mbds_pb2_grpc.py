@@ -317,13 +317,17 @@ class BackendServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Directory(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One part of the directory, with its clusters' record counts (DirectoryRequest).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ApplyDirectory(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Directory entries to check and apply; a whole directory comes as several calls, each
+        a part of a few MiB (files, then descriptors, then clusters, so each part's entries
+        refer only to those of the parts before it or of this one).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
