@@ -31,7 +31,9 @@ OP_NAMES = {v: k for k, v in pb.Op.items()}
 
 
 def _records(msg: pb.BackendReply) -> int:
-    return msg.rows.count if msg.HasField("rows") else msg.group.records
+    if msg.HasField("rows"):
+        return msg.rows.count
+    return sum(g.records for g in msg.groups.groups)
 
 
 def _full(msg: pb.BackendReply) -> bool:
@@ -58,11 +60,11 @@ class Execution:
             metrics.observe_handler("RECP", "request", self.name, time.perf_counter() - queued)
 
     async def _put(self, st: TuState, msg: pb.BackendReply) -> None:
-        """Hand one reply to PP; a row batch or group waits for credit while PP is
+        """Hand one reply to PP; a row batch or a message of groups waits for credit while PP is
         a window behind (bounded memory here and at the controller)."""
         if st.cancelled:
             raise Cancelled(st.cancelled)
-        if msg.WhichOneof("body") in ("rows", "group"):
+        if msg.WhichOneof("body") in ("rows", "groups"):
             if st.credits <= 0:
                 metrics.CREDIT_WAITS.labels(self.name).inc()
             while st.credits <= 0:
@@ -84,9 +86,10 @@ class Execution:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def _emit(self, st: TuState, msg: pb.BackendReply) -> None:
-        """`_put` from the writer thread. A row batch or group waits for its credit; any
-        other reply is only queued (it needs none, and the writer need not wait)."""
-        if msg.WhichOneof("body") in ("rows", "group"):
+        """`_put` from the writer thread. A row batch or a message of groups waits for its
+        credit; any other reply is only queued (it needs none, and the writer need not
+        wait)."""
+        if msg.WhichOneof("body") in ("rows", "groups"):
             asyncio.run_coroutine_threadsafe(self._put(st, msg), self.loop).result()
             return
         if st.cancelled:

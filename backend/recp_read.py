@@ -29,6 +29,7 @@ from mbds.values import to_pb
 BATCH_ROWS = 4000
 BATCH_BYTES = 1 << 20      # …and about this much JSON: well under gRPC's 4 MiB limit
 STEP_ROWS = 100            # rows fetched and encoded per step
+BATCH_GROUPS = 1000        # partial groups (of a BY) in one message at most
 
 T = TypeVar("T")
 
@@ -302,6 +303,8 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
             for row in _overflow_named(partial(conn.execute, sql, sparams), sums):
                 groups.setdefault(row[0], list(row[:2])).extend(row[2:])
         rows = iter(groups.values())
+    out = pb.BackendReply(request_index=request_index)
+    size = 0
     for row in rows:
         if row[1] == 0:
             continue         # no records: nothing to contribute
@@ -313,7 +316,17 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
             g.counts.append(n)
             to_pb(lo, g.mins.add())
             to_pb(hi, g.maxs.add())
-        yield pb.BackendReply(request_index=request_index, group=g)
+        # Groups travel together up to a row batch's bounds; a large one (the MAX of a
+        # large body) goes in a message of its own.
+        n = g.ByteSize()
+        if out.groups.groups and (size + n > BATCH_BYTES
+                                  or len(out.groups.groups) >= BATCH_GROUPS):
+            yield out
+            out, size = pb.BackendReply(request_index=request_index), 0
+        out.groups.groups.append(g)
+        size += n
+    if out.groups.groups:
+        yield out
 
 
 def _overflow_named(rows: Callable[[], Iterator[T]], sums: str) -> Iterator[T]:

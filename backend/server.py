@@ -222,7 +222,8 @@ class BackendServicer(rpc.BackendServicer):
         aborts that unit everywhere, and the bus and the other units go on."""
         kind = msg.WhichOneof("body")
         what = {"rows": f"a row batch ({msg.rows.count} rows)",
-                "group": "a partial group"}.get(kind or "", f"a reply ({kind})")
+                "groups": f"{len(msg.groups.groups)} partial group(s)"}.get(
+            kind or "", f"a reply ({kind})")
         log.warning("backend %s: unit %d: %s of %d bytes refused", self.node.name, msg.seq,
                     what, size)
         return pb.BackendReply(seq=msg.seq, error=f"backend {self.node.name}: " + too_large(

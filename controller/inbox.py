@@ -132,7 +132,7 @@ class Inbox:
         if sent.final:
             return f"{kind or 'a reply with no body'} after its {sent.final}"
         at = sent.at
-        if kind == "rows" or kind == "group" or kind == "done":
+        if kind == "rows" or kind == "groups" or kind == "done":
             i = msg.request_index
             if i == at:
                 if kind == "done":

@@ -259,14 +259,14 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                         r.rows.rows_json, r.rows.count = data, msg.rows.count
                         rows_held += 1
                         bytes_held += len(data)
-                elif kind == "group":
+                elif kind == "groups":
                     if aggs is None:
-                        raise _refused(link, f"a partial group for request {i}, which has "
+                        raise _refused(link, f"partial groups for request {i}, which has "
                                              "no aggregates")
-                    fault = aggs.fault(msg.group)
-                    if fault:
-                        raise _refused(link, fault)
-                    aggs.add(msg.group)
+                    for g in msg.groups.groups:
+                        if fault := aggs.fault(g):
+                            raise _refused(link, fault)
+                        aggs.add(g)
                 inbox.consumed_batch(link)
                 if metrics.internal_timing():   # PP's own work, not the client's
                     metrics.observe_handler("PP", "results", "", time.perf_counter() - t_msg)

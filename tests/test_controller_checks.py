@@ -452,18 +452,18 @@ def reshaped(change: Callable[[pb.BackendReply], None]
     """A doctor changing each group or row batch a backend sends."""
     def doctor(replies: list[pb.BackendReply]) -> list[pb.BackendReply]:
         for r in replies:
-            if r.HasField("group") or r.HasField("rows"):
+            if r.HasField("groups") or r.HasField("rows"):
                 change(r)
         return replies
     return doctor
 
 
 def one_sum_short(r: pb.BackendReply) -> None:
-    del r.group.sums[-1]
+    del r.groups.groups[0].sums[-1]
 
 
 def string_sum(r: pb.BackendReply) -> None:
-    r.group.sums[0].s = "lots"
+    r.groups.groups[0].sums[0].s = "lots"
 
 
 def rows_not_group(r: pb.BackendReply) -> None:
@@ -483,15 +483,16 @@ MISFITS = {
     "a partial group of 0 sums, 1 counts, 1 mins and 1 maxs for 1 aggregates":
         (COUNT, one_sum_short),
     "a partial group counting more than its 2 records":
-        (COUNT, lambda r: r.group.counts.__setitem__(0, 3)),
+        (COUNT, lambda r: r.groups.groups[0].counts.__setitem__(0, 3)),
     "a partial group whose sum is string 'lots'": (COUNT, string_sum),
     "a partial group whose sum is float inf":
-        (COUNT, lambda r: setattr(r.group.sums[0], "f", float("inf"))),
+        (COUNT, lambda r: setattr(r.groups.groups[0].sums[0], "f", float("inf"))),
     "a partial group with a BY key for a request without BY":
-        (COUNT, lambda r: setattr(r.group.key, "s", "k")),
+        (COUNT, lambda r: setattr(r.groups.groups[0].key, "s", "k")),
     "rows for request 0, a RETRIEVE with aggregates": (COUNT, rows_not_group),
-    "a partial group for request 0, which has no aggregates":
-        (CITIES, lambda r: r.group.CopyFrom(pb.PartialGroup(records=1))),
+    "partial groups for request 0, which has no aggregates":
+        (CITIES, lambda r: r.groups.CopyFrom(pb.PartialGroups(groups=[
+            pb.PartialGroup(records=1)]))),
     "rows of side 2 of a COMMON": (JOINED, side(2)),
     "rows of side 0 of a COMMON that are not rows of 2 plain values ending with the join "
     "value": (JOINED, side(0, b'[[{"a": 1}, "b"]]')),       # a target no value is

@@ -99,10 +99,10 @@ def groups(conn: sqlite3.Connection, p: FilePlan, items: list[str], by: str,
     out = {}
     for reply in recp_read.aggregate_groups(conn, p, [(a, agg) for a in items], by, 7):
         assert reply.request_index == 7
-        g = reply.group
-        out[from_pb(g.key)] = (g.records, [
-            (from_pb(g.sums[j]), g.counts[j], from_pb(g.mins[j]), from_pb(g.maxs[j]))
-            for j in range(len(items))])
+        for g in reply.groups.groups:
+            out[from_pb(g.key)] = (g.records, [
+                (from_pb(g.sums[j]), g.counts[j], from_pb(g.mins[j]), from_pb(g.maxs[j]))
+                for j in range(len(items))])
     return out
 
 
@@ -233,7 +233,7 @@ def test_aggregates_of_file_and_by_file() -> None:
              ("FILE", "MIN")]
     for by, key in (("FILE", "CENSUS"), ("", None)):
         [reply] = recp_read.aggregate_groups(conn, plan([1, 2, 3]), items, by, 0)
-        g = reply.group
+        [g] = reply.groups.groups
         assert (from_pb(g.key), g.records) == (key, 5)
         assert [(from_pb(g.sums[j]), g.counts[j], from_pb(g.mins[j]), from_pb(g.maxs[j]))
                 for j in range(len(items))] == [
@@ -269,10 +269,11 @@ def test_many_items_split_over_statements_give_the_same_groups(
     p = plan([1, 2, 3], [[("POP", ">", 20)], [("STATE", "=", "NY")]])
 
     def run() -> list:
-        return [(from_pb(r.group.key), r.group.records,
-                 [(from_pb(r.group.sums[j]), r.group.counts[j], from_pb(r.group.mins[j]),
-                   from_pb(r.group.maxs[j])) for j in range(len(items))])
-                for r in recp_read.aggregate_groups(conn, p, items, by, 0)]
+        return [(from_pb(g.key), g.records,
+                 [(from_pb(g.sums[j]), g.counts[j], from_pb(g.mins[j]),
+                   from_pb(g.maxs[j])) for j in range(len(items))])
+                for r in recp_read.aggregate_groups(conn, p, items, by, 0)
+                for g in r.groups.groups]
 
     whole = run()
     assert len(whole) == {"STATE": 3, "FILE": 1, "CITY": 6, "": 1}[by]

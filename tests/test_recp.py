@@ -247,3 +247,18 @@ def test_every_write_records_what_undoes_it_exactly() -> None:
     assert conn.execute("SELECT lo, hi FROM undo WHERE image IS NULL").fetchall() == [(4, 4)]
     undo.roll_back(conn, log.unit, {"CENSUS": CENSUS})
     assert conn.execute(f"SELECT * FROM {table('CENSUS')} ORDER BY rid").fetchall() == before
+
+
+def test_a_by_over_many_groups_sends_them_a_message_at_a_time(monkeypatch) -> None:
+    """Partial groups travel many to a message, up to BATCH_GROUPS or about a row
+    batch's bytes: a BY over 2,500 groups is three messages, not 2,500 (each a bus
+    message and a credit); a group larger than the byte bound goes alone."""
+    conn = _census_table([(1, i, f"c{i}") for i in range(2500)])
+    plan = FilePlan(CENSUS, [1], [[("POP", ">=", 0)]], every_cluster=True)
+    replies = list(recp_read.aggregate_groups(conn, plan, [("POP", "SUM")], "CITY", 0))
+    assert [len(r.groups.groups) for r in replies] == [1000, 1000, 500]
+    assert sorted(g.sums[0].i for r in replies for g in r.groups.groups) == list(range(2500))
+    monkeypatch.setattr(recp_read, "BATCH_BYTES", 3000)
+    conn = _census_table([(1, 1, "a"), (1, 2, "b" * 5000), (1, 3, "c"), (1, 4, "d")])
+    replies = list(recp_read.aggregate_groups(conn, plan, [("CITY", "MAX")], "POP", 0))
+    assert [[g.key.i for g in r.groups.groups] for r in replies] == [[1], [2], [3, 4]]

@@ -532,12 +532,18 @@ class PartialGroup(_message.Message):
     records: int
     def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., sums: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., counts: _Optional[_Iterable[int]] = ..., mins: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., maxs: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., records: _Optional[int] = ...) -> None: ...
 
+class PartialGroups(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[PartialGroup]
+    def __init__(self, groups: _Optional[_Iterable[_Union[PartialGroup, _Mapping]]] = ...) -> None: ...
+
 class BackendReply(_message.Message):
-    __slots__ = ("seq", "request_index", "rows", "group", "done", "error", "committed", "prepared", "forgotten")
+    __slots__ = ("seq", "request_index", "rows", "groups", "done", "error", "committed", "prepared", "forgotten")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REQUEST_INDEX_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
-    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
@@ -546,13 +552,13 @@ class BackendReply(_message.Message):
     seq: int
     request_index: int
     rows: RowBatch
-    group: PartialGroup
+    groups: PartialGroups
     done: RequestDone
     error: str
     committed: bool
     prepared: bool
     forgotten: bool
-    def __init__(self, seq: _Optional[int] = ..., request_index: _Optional[int] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., group: _Optional[_Union[PartialGroup, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., error: _Optional[str] = ..., committed: _Optional[bool] = ..., prepared: _Optional[bool] = ..., forgotten: _Optional[bool] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., request_index: _Optional[int] = ..., rows: _Optional[_Union[RowBatch, _Mapping]] = ..., groups: _Optional[_Union[PartialGroups, _Mapping]] = ..., done: _Optional[_Union[RequestDone, _Mapping]] = ..., error: _Optional[str] = ..., committed: _Optional[bool] = ..., prepared: _Optional[bool] = ..., forgotten: _Optional[bool] = ...) -> None: ...
 
 class HelloRequest(_message.Message):
     __slots__ = ()
