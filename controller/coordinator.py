@@ -22,7 +22,7 @@ from controller.membership import Membership
 from controller.reqp import Prepared, Reqp, same_unit
 from mbds import doors, metrics
 from mbds.directory import Directory, changes
-from mbds.errors import PermissionDenied
+from mbds.errors import BackendUnavailable, PermissionDenied
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
 from mbds.values import Value
@@ -63,6 +63,7 @@ class Coordinator:
         self.timeout = timeout
         self.stalled_reader = stalled_reader
         self._defining = asyncio.Lock()
+        self.started = False             # it has met its backends (`start`)
         # Directory entries IIG allocated that no traffic unit has carried yet.
         self.unsent = pb.DirectoryUpdate()
 
@@ -75,6 +76,14 @@ class Coordinator:
     async def start(self) -> None:
         """Meet every backend, reconcile directories, rebuild placement, open the buses."""
         await self.membership.start()
+        self.started = True
+
+    def _serving(self) -> None:
+        """Until it has met its backends the controller knows no file: a request then is
+        told to come back (UNAVAILABLE), not that its file does not exist."""
+        if not self.started:
+            raise BackendUnavailable("the controller is starting: it is meeting its "
+                                     "backends and reading their directories")
 
     async def add_backends(self, addresses: list[str]) -> None:
         """A backend joined (e.g. `--scale backend=4`): admit it between traffic units."""
@@ -190,6 +199,7 @@ class Coordinator:
                 ) -> AsyncIterator[pb.ExecuteReplies]:
         """A client's request: prepared (and refused, raising) at the call, run as its
         answer is read."""
+        self._serving()
         with metrics.handler("REQP", "request"):
             timeout = self.reqp.timeout(timeout)
             prepared, transaction = self.reqp.prepare(text)
@@ -202,6 +212,7 @@ class Coordinator:
     def check_load(self, chunk: pb.LoadRequest) -> Prepared:
         """A bulk-load chunk checked like ABDL inserts (a columnar chunk per column,
         `controller/load.py`)."""
+        self._serving()
         with metrics.handler("REQP", "load"):
             return (load.prepare(self.directory, chunk) if chunk.HasField("columns")
                     else self.reqp.prepare_load(chunk))
@@ -217,6 +228,7 @@ class Coordinator:
         return load.pipelined(chunks, self.check_load, self.load)
 
     async def define(self, text: str) -> Defined:
+        self._serving()
         schemas = parse_definition(text)
         async with self._defining:       # one at a time: IIG sees only adopted files
             await self.membership.ensure_up()
@@ -246,6 +258,7 @@ class Coordinator:
         return pb.PlaceReply(cluster_id=cid, directory=self.iig.cluster_definition(cid))
 
     async def status(self, file: str = "") -> pb.StatusReply:
+        self._serving()
         out = pb.StatusReply(expected_backends=len(self.links), files=sorted(
             self.directory.files), directory_digest=self.directory.digest(),
             metrics_url=self.metrics_url, internal_timing=self.internal_timing)

@@ -11,10 +11,15 @@ from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
+import grpc
+import pytest
+
 from controller.coordinator import Coordinator
 from controller.membership import natural_key
 from mbds.client import collect
 from mbds.cluster import Proc
+from mbds.errors import BackendUnavailable
+from mbds.proto import mbds_pb2 as pb
 from tests.conftest import CENSUS_YAML
 
 COUNT = "RETRIEVE (FILE = Census) (COUNT(CITY))"
@@ -133,3 +138,21 @@ def test_scale_up_admits_a_backend(tmp_path: Path) -> None:
     finally:
         for p in procs:
             p.stop()
+
+
+def test_a_controller_meeting_its_backends_tells_clients_to_come_back() -> None:
+    """Before it has met its backends the controller knows no file: a request, a load,
+    a definition and a status are answered UNAVAILABLE ("starting"), which a client
+    retries, not INVALID_ARGUMENT ("unknown file"), which it would not."""
+    async def main() -> None:
+        c = Coordinator([])
+        with pytest.raises(BackendUnavailable, match="the controller is starting"):
+            c.execute("RETRIEVE (FILE = Census) (CITY)")
+        with pytest.raises(BackendUnavailable, match="the controller is starting"):
+            c.check_load(pb.LoadRequest(file="CENSUS"))
+        for call in (c.define(CENSUS_YAML), c.status()):
+            with pytest.raises(BackendUnavailable, match="the controller is starting"):
+                await call
+        assert BackendUnavailable.code == grpc.StatusCode.UNAVAILABLE
+
+    asyncio.run(main())
