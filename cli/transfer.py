@@ -226,7 +226,16 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
     fmt = _format(path, fmt, None)
     csv.field_size_limit(MAX_MESSAGE)       # csv's own limit (128 kB) would refuse a body
     failed: list[Exception] = []
+    acknowledged = [-1]     # records of the batches acknowledged so far, once loading
+    file = name.upper()
     t0 = time.perf_counter()
+
+    def counted(dones: Iterable[pb.RequestDone]) -> Iterator[pb.RequestDone]:
+        acknowledged[0] = 0
+        for d in dones:
+            acknowledged[0] += d.stats.records_retrieved
+            yield d
+
     try:
         with Client(controller) as c, click.open_file(path, "rb") as binary:
             file, types = _definition(c, name)
@@ -235,9 +244,14 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
             records = _until_refused(read(binary, where, file, types), failed)
             regular = path != "-" and progress is not False and Path(path).is_file()
             total = _count(path, fmt) if regular else 0
-            done = track_load(c.load(file, list(types), records, chunk=chunk), total,
-                              load_progress(total, progress) if total else None)
-    except (ClientError, *BAD_INPUT) as e:
+            done = track_load(counted(c.load(file, list(types), records, chunk=chunk)),
+                              total, load_progress(total, progress) if total else None)
+    except ClientError as e:
+        # A load cut short (the controller gone, say) says how far it came: the batches
+        # acknowledged are stored, whatever happened to those after them.
+        fail(e if acknowledged[0] < 0 else f"{e} (records loaded into {file}: "
+                                           f"{acknowledged[0]})")
+    except BAD_INPUT as e:
         fail(e)
     if failed:      # every record before the refused one is loaded, none after it
         fail(f"{failed[0]} (records loaded into {file}: {done})")

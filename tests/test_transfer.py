@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Running, start_cluster
+from tests.crashes import retry
 
 DEFINITION = """
 files:
@@ -228,3 +229,21 @@ def test_a_dump_whose_reader_leaves_ends_quietly(cluster: Running) -> None:
     assert dump.stderr.read() == b""
     assert json.loads(first)["X"] == 0.5
     assert stored(cluster, "HEADED") == list(range(5000))
+
+
+def test_a_load_cut_short_says_how_many_records_it_stored(cluster_factory,
+                                                          tmp_path: Path) -> None:
+    """A load the cluster fails part way (a backend failing every batch it is given)
+    ends with the error and the number of records acknowledged, which are stored."""
+    r = cluster_factory(2)
+    r.client.define(DEFINITION.format(name="CUT"))
+    r.cluster.backends[1].kill()
+    r.cluster.restart_backend(1, env={"MBDS_FAULTS": "backend.before_prepare=error"})
+    retry(r.client, "RETRIEVE (FILE = Cut) (N)", timeout=60)
+    data = tmp_path / "cut.csv"
+    data.write_text("N,X,S\n" + "".join(f"{n},0.5,s\n" for n in range(10)))
+    out = mbds(r, "load", "file", "CUT", str(data), "--no-progress")
+    assert out.returncode == 1
+    err = out.stderr.decode()
+    assert "fault injected at backend.before_prepare" in err
+    assert err.rstrip().endswith(f"(records loaded into CUT: {len(stored(r, 'CUT'))})")
