@@ -162,7 +162,13 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await internal.start()
     await server.start()
-    await coordinator.start()
+    try:
+        await coordinator.start()
+    except BaseException:       # its servers stop before the error is reported
+        await server.stop(0)
+        await internal.stop(0)
+        await coordinator.close()
+        raise
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     watcher = asyncio.create_task(rediscover(coordinator, discover)) if discover else None
     door = ("TLS" if identity and not client_plaintext else "plaintext") + (

@@ -154,3 +154,20 @@ def test_a_table_shows_stored_values_as_they_are_never_as_markup() -> None:
     with tables.console.capture() as out:
         tables.render_result(r)
     assert "[/]" in out.get() and "[red]secret[/red] x" in out.get()
+
+
+def test_a_controller_that_cannot_start_says_why_and_stops(cluster_factory,
+                                                           tmp_path: Path) -> None:
+    """A controller whose backends it refuses at start (here one backend given twice:
+    two backends of one name) exits 1 naming why, without a traceback, its ports
+    closed."""
+    r = cluster_factory(1)
+    address = r.cluster.backends[0].address or ""
+    args = [sys.executable, "-m", "mbds", "controller", "--listen", "127.0.0.1:0",
+            "--backends", f"{address},{address}", "--data-dir", str(tmp_path / "c")]
+    if r.cluster.tls_dir is not None:
+        args += ["--tls-dir", str(r.cluster.tls_dir)]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("error: two backends share a name"), out.stderr
+    assert "Traceback" not in out.stderr and "Event loop is closed" not in out.stderr
