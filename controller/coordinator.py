@@ -18,6 +18,7 @@ from controller.bus import BackendLink, Bus, Inbox
 from controller.decisions import Decisions
 from controller.describe import describe
 from controller.iig import Defined, Iig
+from controller.members import Members
 from controller.membership import Membership
 from controller.reqp import Prepared, Reqp, same_unit
 from mbds import doors, metrics
@@ -57,8 +58,10 @@ class Coordinator:
         self.directory = Directory()
         self.iig = Iig(self.directory)
         self.reqp = Reqp(self.directory)
-        self.membership = Membership(self.bus, self.directory, self.iig, self.decisions,
-                                     timeout=timeout, connect_timeout=connect_timeout)
+        self.membership = Membership(
+            self.bus, self.directory, self.iig, self.decisions, timeout=timeout,
+            connect_timeout=connect_timeout,
+            members=Members(None if log_path is None else log_path.parent))
         self.internal_timing = internal_timing
         self.timeout = timeout
         self.stalled_reader = stalled_reader

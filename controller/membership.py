@@ -21,6 +21,7 @@ import grpc
 from controller.bus import BackendLink, Bus, directory_entries, directory_parts
 from controller.decisions import Decisions
 from controller.iig import Iig
+from controller.members import Members
 from mbds import metrics
 from mbds.directory import Directory
 from mbds.entries import EntryCheck, EntryError
@@ -48,7 +49,9 @@ class Membership:
     is counted in (`enter`) and out (`leave`), and a change waits until none runs."""
 
     def __init__(self, bus: Bus, directory: Directory, iig: Iig, decisions: Decisions, *,
-                 timeout: float, connect_timeout: float) -> None:
+                 timeout: float, connect_timeout: float, members: Members | None = None
+                 ) -> None:
+        self.members = members or Members(None)
         self.bus = bus
         self.directory = directory
         self.iig = iig
@@ -69,16 +72,20 @@ class Membership:
 
     # ------------------------------------------------------------ joining --
     async def start(self) -> None:
-        """Meet every backend, reconcile directories, rebuild placement, open the buses."""
-        await self._join(self.links)
+        """Meet every backend, reconcile directories, rebuild placement, open the buses;
+        refused if one the cluster has had is not among them (`members.py`)."""
+        await self._join(self.links, every=True)
 
-    async def _join(self, links: list[BackendLink]) -> None:
+    async def _join(self, links: list[BackendLink], every: bool = False) -> None:
         """Admit backends: read their directories and placement counts, order the set
-        by name, bring every directory up to date, and (re)open every bus."""
+        by name, bring every directory up to date, and (re)open every bus. `every`:
+        these are all the backends, which must include each the cluster has had."""
         reads = await asyncio.gather(*(self._directory_of(link) for link in links))
         names = [parts[0].name for parts in reads]
         if len(set(names)) != len(names):
             raise BackendUnavailable(f"two backends share a name: {sorted(names)}")
+        if every:
+            self.members.check_all(names)
         # Every directory is checked before any is applied: `Directory.apply` trusts it.
         # A directory's parts come files first, then descriptors, then clusters, so each
         # part is checked against the directory and the parts checked before it.
@@ -99,6 +106,7 @@ class Membership:
             if old is not None:
                 self.links.remove(old)
                 await old.close()
+        self.members.admit(names)
         for name, parts in zip(names, reads, strict=True):
             for part in parts:
                 self.directory.apply(part.directory)

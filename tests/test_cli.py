@@ -171,3 +171,27 @@ def test_a_controller_that_cannot_start_says_why_and_stops(cluster_factory,
     assert out.returncode == 1, out.stderr
     assert out.stderr.startswith("error: two backends share a name"), out.stderr
     assert "Traceback" not in out.stderr and "Event loop is closed" not in out.stderr
+
+
+def test_a_controller_missing_a_backend_of_its_cluster_does_not_serve(
+        cluster_factory) -> None:
+    """A controller restarted with only some of its cluster's backends (each holds part
+    of every cluster) refuses to start, naming those missing, instead of answering from
+    part of the database and acknowledging writes the others miss; with all of them it
+    serves as before."""
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("INSERT (<FILE, Census>, <CITY, Kept>, <POP, 1>)")
+    r.cluster.controller.kill()
+    b0 = r.cluster.backends[0].address or ""
+    args = [sys.executable, "-m", "mbds", "controller", "--listen", "127.0.0.1:0",
+            "--backends", b0, "--data-dir", str(r.cluster.data_dir / "controller")]
+    if r.cluster.tls_dir is not None:
+        args += ["--tls-dir", str(r.cluster.tls_dir)]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("error: backend b1 of this cluster is not among those "
+                                 "met (b0)"), out.stderr
+    r.cluster.restart_controller()
+    [res] = r.client.execute("RETRIEVE (FILE = Census) (COUNT(CITY))")
+    assert res.records == [{"COUNT(CITY)": 1}]
