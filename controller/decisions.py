@@ -10,6 +10,12 @@ an undecided unit still in flight is aborted on the spot so PP cannot commit it
 later. A decision is dropped once every backend it names has forgotten the unit
 (said so on the bus, or no longer lists it at its Hello).
 
+Presumed abort is sound only for a unit this log would hold had it been committed:
+one of an epoch (a controller run's numbering, `Bus.epoch`) this log began. Each
+epoch is recorded here, on disk, before any unit of it can be prepared; a unit of an
+epoch the log never began (its data directory is new, or another one's) is left in
+doubt at its backend, with its locks held, and reported (`outside`), never aborted.
+
 Decisions that come while the log is being written wait and go together in the
 next transaction (group commit); `synchronous` is SQLite's, as on the backends.
 Where a commit does not wait for the disk (synchronous OFF, or NORMAL in WAL mode)
@@ -29,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mbds import metrics
+from mbds.errors import shorten
 
 log = logging.getLogger("mbds.controller")
 
@@ -37,6 +44,10 @@ Key = tuple[str, int]       # (epoch, seq)
 # Decisions written on the event loop between two checkpoints (each writes a page or
 # two of WAL): about SQLite's own default of 1000 pages.
 CHECKPOINT_EVERY = 500
+
+# In the epochs table of a log made before epochs were recorded: the epochs of its
+# runs until then, which it cannot list (see Decisions.__init__).
+EARLIER_RUNS = "*"
 
 
 class PresumedAborted(Exception):
@@ -60,9 +71,34 @@ class Decisions:
             self._unchecked = None
         self._checkpointing: asyncio.Future[None] | None = None
         self._checkpoint_conn: sqlite3.Connection | None = None
-        self.conn.execute("CREATE TABLE IF NOT EXISTS decisions (epoch TEXT NOT NULL, "
-                          "seq INTEGER NOT NULL, waiting TEXT NOT NULL, "
-                          "PRIMARY KEY (epoch, seq))")
+        self.synchronous = synchronous
+        tables = {name for (name,) in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("CREATE TABLE IF NOT EXISTS decisions (epoch TEXT NOT NULL, "
+                              "seq INTEGER NOT NULL, waiting TEXT NOT NULL, "
+                              "PRIMARY KEY (epoch, seq))")
+            if "epochs" not in tables:
+                self.conn.execute("CREATE TABLE epochs (epoch TEXT PRIMARY KEY)")
+                if "decisions" in tables:
+                    # A log from before epochs were recorded has presumed abort for the
+                    # units of its own runs all along and cannot list those runs: it
+                    # covers the epochs its decisions name, and every other one until
+                    # its first start has met every backend (which resolves what they
+                    # still hold of those runs, as it would have before); refusing them
+                    # at once would leave such units in doubt with no log to settle them.
+                    self.conn.execute("INSERT OR IGNORE INTO epochs "
+                                      "SELECT DISTINCT epoch FROM decisions")
+                    self.conn.execute("INSERT OR IGNORE INTO epochs VALUES (?)",
+                                      (EARLIER_RUNS,))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        # The epochs this log began: it holds every commit decided in them.
+        self.epochs = {e for (e,) in self.conn.execute("SELECT epoch FROM epochs")}
+        self._reported: dict[str, frozenset[Key]] = {}   # by `outside`, per backend
         # Committed units, with the backends that have not yet forgotten them.
         self.logged: dict[Key, set[str]] = {
             (e, s): set(json.loads(w)) for e, s, w in
@@ -74,6 +110,53 @@ class Decisions:
         self._wake = asyncio.Event()
         self._io = ThreadPoolExecutor(1, thread_name_prefix="decision-log")
         self._task = asyncio.create_task(self._flush_loop())
+
+    def begin(self, epoch: str) -> None:
+        """Record `epoch` as this log's, on disk whatever `synchronous` says, before any
+        unit of it goes down a bus: from then on the log answers for its units."""
+        if epoch not in self.epochs:
+            self._synced("INSERT OR IGNORE INTO epochs VALUES (?)", epoch)
+            self.epochs.add(epoch)
+
+    def _synced(self, sql: str, epoch: str) -> None:
+        """A change of the epochs, on disk when it returns (once per run: no decision is
+        being written meanwhile)."""
+        if self.path is not None:
+            self.conn.execute("PRAGMA synchronous=FULL")
+        try:
+            self.conn.execute(sql, (epoch,))
+        finally:
+            if self.path is not None:
+                self.conn.execute(f"PRAGMA synchronous={self.synchronous}")
+
+    def covers(self, key: Key) -> bool:
+        """Whether this log can tell the unit's outcome: it began the unit's epoch, so it
+        holds the decision if the unit was committed (and `outcome` may presume abort)."""
+        return key[0] in self.epochs or EARLIER_RUNS in self.epochs
+
+    def met_every_backend(self) -> None:
+        """The controller's start has resolved every backend's in-doubt units: a log
+        from before epochs were recorded now covers only the epochs it lists."""
+        if EARLIER_RUNS in self.epochs:
+            self._synced("DELETE FROM epochs WHERE epoch = ?", EARLIER_RUNS)
+            self.epochs.discard(EARLIER_RUNS)
+
+    def outside(self, backend: str, keys: Sequence[Key]) -> str:
+        """Why `backend` stays unavailable: it is in doubt about `keys`, units of epochs
+        this log did not begin. Logged the first time it is said."""
+        (epoch, seq), more = keys[0], len(keys) - 1
+        first = f"epoch {shorten(epoch, 40)}, seq {seq}"
+        units = (f"{len(keys)} in-doubt units ({first}, and {more} more)" if more
+                 else f"in-doubt unit ({first})")
+        where = f" ({shorten(str(self.path), 200)})" if self.path is not None else ""
+        why = (f"backend {backend} holds {units} that this controller's decision log"
+               f"{where} does not cover (its --data-dir is new or was replaced): "
+               f"{'their outcome is' if more else 'its outcome is'} unknown here; start "
+               "the controller on the --data-dir that made it")
+        if self._reported.get(backend) != frozenset(keys):
+            self._reported[backend] = frozenset(keys)
+            log.error("%s", why)
+        return why
 
     async def commit(self, key: Key, participants: list[str]) -> None:
         """Decide commit: returns once the decision is on disk."""
@@ -124,7 +207,8 @@ class Decisions:
             log.warning("checkpointing the decision log failed: %s", done.exception())
 
     async def outcome(self, key: Key) -> bool:
-        """A backend's in-doubt unit: commit (True) only if decided so."""
+        """A backend's in-doubt unit: commit (True) only if decided so. Presumed abort:
+        ask only about a unit the log `covers`."""
         if key in self.deciding:
             with_error = self.deciding[key]
             await asyncio.wait([with_error])

@@ -56,6 +56,7 @@ class Membership:
         self.directory = directory
         self.iig = iig
         self.decisions = decisions
+        decisions.begin(bus.epoch)      # on disk before any unit of it is numbered
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._connecting = asyncio.Lock()
@@ -75,6 +76,7 @@ class Membership:
         """Meet every backend, reconcile directories, rebuild placement, open the buses;
         refused if one the cluster has had is not among them (`members.py`)."""
         await self._join(self.links, every=True)
+        self.decisions.met_every_backend()
 
     async def _join(self, links: list[BackendLink], every: bool = False) -> None:
         """Admit backends: read their directories and placement counts, order the set
@@ -172,20 +174,30 @@ class Membership:
         reply = await link.hello(timeout)
         units = [(u.epoch, u.seq) for u in reply.in_doubt]
         self.decisions.settled(reply.name, set(units))
-        if not units:
+        # Presumed abort only where the log would hold a commit: a unit of an epoch it
+        # did not begin stays in doubt (its locks held) and the backend unavailable.
+        unknown = [k for k in units if not self.decisions.covers(k)]
+        units = [k for k in units if self.decisions.covers(k)]
+        if not units and not unknown:
             return reply
-        outcomes = [pb.Outcome(unit=pb.UnitId(epoch=e, seq=s),
-                               commit=await self.decisions.outcome((e, s))) for e, s in units]
-        try:
-            reply = await link.stub.Resolve(pb.Outcomes(outcomes=outcomes), timeout=self.timeout)
-        except grpc.aio.AioRpcError as e:
-            raise link.unavailable(f"resolving its in-doubt units: {e.details()}") from None
-        for o in outcomes:
-            metrics.IN_DOUBT_RESOLVED.labels("commit" if o.commit else "abort", link.name).inc()
-            if o.commit:
-                self.decisions.forgotten((o.unit.epoch, o.unit.seq), link.name)
-        log.info("backend %s: %d in-doubt units resolved (%d committed)", link.name,
-                 len(outcomes), sum(o.commit for o in outcomes))
+        if units:
+            outcomes = [pb.Outcome(unit=pb.UnitId(epoch=e, seq=s),
+                                   commit=await self.decisions.outcome((e, s)))
+                        for e, s in units]
+            try:
+                reply = await link.stub.Resolve(pb.Outcomes(outcomes=outcomes),
+                                                timeout=self.timeout)
+            except grpc.aio.AioRpcError as e:
+                raise link.unavailable(f"resolving its in-doubt units: {e.details()}") from None
+            for o in outcomes:
+                metrics.IN_DOUBT_RESOLVED.labels("commit" if o.commit else "abort",
+                                                 link.name).inc()
+                if o.commit:
+                    self.decisions.forgotten((o.unit.epoch, o.unit.seq), link.name)
+            log.info("backend %s: %d in-doubt units resolved (%d committed)", link.name,
+                     len(outcomes), sum(o.commit for o in outcomes))
+        if unknown:
+            raise BackendUnavailable(self.decisions.outside(link.name, unknown))
         if reply.in_doubt:
             raise link.unavailable(f"{len(reply.in_doubt)} units still in doubt")
         return reply

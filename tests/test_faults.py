@@ -6,6 +6,7 @@ controller has resolved it."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sqlite3
 from contextlib import closing
@@ -16,6 +17,7 @@ import pytest
 
 from mbds import faults
 from mbds.client import Client, ClientError
+from mbds.cluster import ProcessFailed
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from tests.conftest import CENSUS_YAML, Running, backend_digests, internal_channel
@@ -171,6 +173,53 @@ def test_a_restarted_backend_serves_nothing_before_its_units_are_resolved(cluste
     assert per_backend(r) == EVERYWHERE
     assert not hello(r, 1).in_doubt
     assert prepared_left(r) == NOWHERE
+
+
+def test_a_controller_on_a_new_data_dir_leaves_a_unit_it_never_logged_in_doubt(
+        cluster_factory) -> None:
+    """The unit is acknowledged (its decision logged), b1 dies before it commits, and the
+    controller comes back on an empty --data-dir: that log never began the unit's epoch,
+    so it cannot presume the unit aborted. b1 keeps it prepared and the controller does
+    not start, naming the unit and its log; on its own data dir again, it commits the
+    unit on b1 too."""
+    r = with_fault_on_b1(cluster_factory, "backend.before_commit=crash")
+    r.client.execute(UNIT)
+    r.cluster.backends[1].popen.wait(30)         # it crashed at the point, in doubt
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    kept = r.cluster.data_dir / "controller.kept"
+    (r.cluster.data_dir / "controller").rename(kept)
+    r.cluster.restart_backend(1)
+    [unit] = hello(r, 1).in_doubt
+    port = int(r.cluster.address.rsplit(":", 1)[1])
+    with pytest.raises(ProcessFailed) as err:
+        r.cluster.start_controller(port)
+    log = r.cluster.data_dir / "controller" / "decisions.db"
+    assert (f"backend b1 holds in-doubt unit (epoch {unit.epoch}, seq {unit.seq}) that "
+            f"this controller's decision log ({log}) does not cover (its --data-dir is "
+            "new or was replaced): its outcome is unknown here; start the controller on "
+            "the --data-dir that made it") in str(err.value)
+    # Neither half applied nor aborted: b0 and b2 hold their records, b1 keeps its part
+    # prepared (its undo rows, its locks) and still waits for the decision.
+    assert [u.seq for u in hello(r, 1).in_doubt] == [unit.seq]
+    assert prepared_left(r)["b1"] > 0
+    assert stored(r) == EVERYWHERE
+    shutil.rmtree(r.cluster.data_dir / "controller")
+    kept.rename(r.cluster.data_dir / "controller")
+    r.cluster.restart_controller()
+    assert per_backend(r) == EVERYWHERE          # the log that made it had the decision
+    assert prepared_left(r) == NOWHERE
+
+
+def stored(r: Running) -> dict[str, int]:
+    """The unit's records in each backend's file, committed or prepared."""
+    out = {}
+    for i in range(len(r.cluster.backends)):
+        db: Path = r.cluster.data_dir / f"b{i}" / "backend.db"
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            out[f"b{i}"] = conn.execute('SELECT COUNT(*) FROM "r_CENSUS" WHERE "CITY" '
+                                        "BETWEEN 'f0' AND 'f9'").fetchone()[0]
+    return out
 
 
 def test_a_fault_spec_names_what_is_wrong() -> None:
