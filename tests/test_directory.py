@@ -87,6 +87,15 @@ def test_entries_allocated_for_a_refused_unit_are_taken_back() -> None:
     iig.directory.retract(update)
     d = iig.directory
     assert d.digest() == digest and d.generation > generation
+    # Nothing of them is left in the indexes cluster search reads either.
+    fresh = Iig(Directory())
+    fresh.define(parse_definition("files: {F: {attributes: {K: string}, directory: {K: "
+                                  "{type: C}}}}"))
+    fresh.cluster_of("F", ["F", "kept"], pb.DirectoryUpdate())
+    f = fresh.directory
+    assert d.file_clusters == f.file_clusters
+    assert {k: v for k, v in d.by_did.items() if v} == {k: v for k, v in f.by_did.items() if v}
+    assert d.at[("F", "K")].eq == f.at[("F", "K")].eq
     assert d.descriptor_key("F", ["F", "gone"])[1] is None
     assert d.cluster_search("F", {"K": d.descriptor_search(["F"], "K", ">=", "a")}) == {kept}
     with pytest.raises(ValueError, match="only type-C"):
