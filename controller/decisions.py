@@ -94,7 +94,7 @@ class Decisions:
                                       (EARLIER_RUNS,))
             self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            _roll_back(self.conn)
             raise
         # The epochs this log began: it holds every commit decided in them.
         self.epochs = {e for (e,) in self.conn.execute("SELECT epoch FROM epochs")}
@@ -274,7 +274,7 @@ class Decisions:
                              list(drops))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
 
     async def close(self) -> None:
@@ -283,3 +283,10 @@ class Decisions:
         if self._checkpoint_conn is not None:
             self._checkpoint_conn.close()
         self.conn.close()
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back the transaction a failure cut short, if SQLite has not already (it does
+    after a full disk, and a ROLLBACK then fails, hiding the failure's own error)."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")

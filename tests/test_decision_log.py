@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
+import subprocess
 from contextlib import closing
 from pathlib import Path
 
@@ -166,3 +168,39 @@ def test_a_hello_resolves_the_units_the_log_covers_and_leaves_the_others_in_doub
         await c.close()
 
     asyncio.run(run())
+
+
+def test_a_full_disk_is_named_as_what_failed_the_decision(tmp_path: Path) -> None:
+    """The log's disk full: a decision fails naming the full disk (SQLite has rolled the
+    transaction back itself; a ROLLBACK after it would fail and hide that error), and
+    once there is room the next decision is written."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs for the log needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        async def main() -> None:
+            d = Decisions(mnt / "decisions.db", "FULL")
+            d.begin("e")
+            filler = mnt / "filler"
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+            try:
+                while os.write(fd, b"x" * 4096):
+                    pass
+            except OSError:             # the disk is full
+                pass
+            finally:
+                os.close(fd)
+            participants = [f"b{i}" * 2000 for i in range(40)]   # more than a page
+            with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+                for seq in range(1, 200):
+                    await d.commit(("e", seq), participants)
+            filler.unlink()
+            await d.commit(("e", 500), ["b0"])
+            assert await d.outcome(("e", 500))
+            await d.close()
+        asyncio.run(main())
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
