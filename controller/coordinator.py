@@ -9,11 +9,12 @@ client stops reading is aborted after the stalled-reader bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 
-from controller import definitions, load, pp
+from controller import admission, definitions, load, pp
 from controller.bus import BackendLink, Bus, Inbox
 from controller.decisions import Decisions
 from controller.describe import describe
@@ -66,6 +67,7 @@ class Coordinator:
         self.timeout = timeout
         self.stalled_reader = stalled_reader
         self._defining = asyncio.Lock()
+        self.admission = admission.Admission()
         self.started = False             # it has met its backends (`start`)
         # Directory entries IIG allocated that no traffic unit has carried yet.
         self.unsent = pb.DirectoryUpdate()
@@ -99,7 +101,7 @@ class Coordinator:
     # ------------------------------------------------------- traffic units --
     async def run(self, prepared: list[Prepared], transaction: bool,
                   update: pb.DirectoryUpdate | None = None,
-                  timeout: float | None = None) -> AsyncIterator[pb.ExecuteReplies]:
+                  timeout: float | None = None) -> AsyncGenerator[pb.ExecuteReplies, None]:
         """One traffic unit: IIG places the inserts, the bus carries the unit (with every
         directory entry not yet sent), PP answers; one generator, not a stack of them."""
         await self.membership.enter()
@@ -210,7 +212,20 @@ class Coordinator:
             if writes := sorted({p.op for p in prepared} - READ_OPS):
                 raise PermissionDenied(f"a read-only token may only retrieve; this request "
                                        f"would {', '.join(writes)}")
+        if len(text) >= admission.LARGE:
+            return self._admitted(len(text), self.run(prepared, transaction, timeout=timeout))
         return self.run(prepared, transaction, timeout=timeout)
+
+    async def _admitted(self, size: int, answer: AsyncGenerator[pb.ExecuteReplies, None]
+                        ) -> AsyncIterator[pb.ExecuteReplies]:
+        """A large request's answer, once there is room for it (`admission.py`)."""
+        async with contextlib.aclosing(answer):      # closed (its unit ended) here
+            taken = await self.admission.enter(size)
+            try:
+                async for reply in answer:
+                    yield reply
+            finally:
+                self.admission.leave(taken)
 
     def check_load(self, chunk: pb.LoadRequest) -> Prepared:
         """A bulk-load chunk checked like ABDL inserts (a columnar chunk per column,
