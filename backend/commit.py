@@ -1,6 +1,7 @@
 """This backend's prepared units and PP's decisions on them (docs/commit.md).
 
-A unit is prepared when its writes, undo log and marker are committed (`undo.py`).
+A unit is prepared when its writes, undo log and marker are committed (`undo.py`); a
+definition when its files and marker are (`definitions.py`).
 Those found in the file at start are in doubt until the controller resolves them
 (the bus stays closed meanwhile); those prepared since wait, locks held, for the
 decision by bus or by Resolve. Carrying a decision out is the writer's job.
@@ -67,14 +68,17 @@ class PreparedUnits:
 
     async def carry_out(self, unit: int, commit: bool) -> None:
         """Forget a prepared unit (commit) or undo it (abort), retrying what fails (a
-        full disk): the unit keeps its locks until it is done."""
+        full disk): the unit keeps its locks until it is done. A definition undone is
+        taken back from the directory too."""
         while True:
             try:
                 if commit:
                     await settle(self.writer.submit(partial(undo.forget, unit=unit)))
                 else:
-                    await settle(self.writer.submit(
+                    before = await settle(self.writer.submit(
                         partial(undo.roll_back, unit=unit, files=dict(self.directory.files))))
+                    if before:
+                        self.directory.restore_files(before)
                 return
             except Exception as e:
                 log.error("%s of prepared unit %d failed, retrying: %s",

@@ -79,7 +79,7 @@ class BackendNode:
         self.movers = Movers()
         self.exchange = IdExchange(peers, result_timeout, self.plans)
         self.iig = iig
-        self.definitions = Definitions(store, self.writer, self.directory)
+        self.definitions = Definitions(store, self.writer, self.directory, self.prepared)
         self.result_timeout = result_timeout
         self.loop = asyncio.get_running_loop()
         self._h = handler_timer(name)
@@ -135,7 +135,7 @@ class BackendNode:
         check.directory_update(self.directory, update)
         new = self.directory.apply(update)
         if changes(new):
-            fut = self.writer.submit(lambda conn: self.definitions.store_rows(conn, new))
+            fut = self.definitions.store_rows(update, new)
             fut.add_done_callback(_log_failure)
             self.storing = fut
             return fut
@@ -179,7 +179,7 @@ class BackendNode:
                 st.shape = self.plans.checked(tu, carried)
             except check.BadMessage as e:
                 if key in self.definitions:
-                    await self.definitions.undo(self.definitions.pending.pop(key), stored=True)
+                    await self.definitions.take_back(key)
                 await self._finish(st, error=f"backend {self.name}: refused: {e}")
                 return
             # Reads wait for every directory update stored so far, the unit's own or one

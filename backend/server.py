@@ -137,8 +137,14 @@ class BackendServicer(rpc.BackendServicer):
                         context: grpc.aio.ServicerContext) -> pb.DirectoryReply:
         """One part of the directory, from `request.start`: its entries in order up to
         `DIRECTORY_PART` bytes, the records here of its clusters, the digest of the
-        directory it was cut from, and where the next part starts (none after the last)."""
+        directory it was cut from, and where the next part starts (none after the last).
+        Refused while units found prepared at start are undecided: an in-doubt
+        definition's files are not yet part of the database, nor taken back."""
         node = self.node
+        if node.prepared.on_disk:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, (
+                f"backend {node.name} has {len(node.prepared.on_disk)} prepared units "
+                "to resolve first"))
         try:
             part, following = self.parts.cut(request.start)
         except TooLarge as e:

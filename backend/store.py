@@ -142,13 +142,7 @@ class Store:
         conn = self.writer()
         upd = pb.DirectoryUpdate()
         for (text,) in conn.execute("SELECT def FROM files ORDER BY rowid"):
-            d = json.loads(text)
-            # Files stored before indexes existed have no revision and three fields.
-            attrs = [pb.AttributeDef(name=a[0], type=a[1], directory=a[2],
-                                     indexed=len(a) > 3 and bool(a[3]))
-                     for a in d["attributes"]]
-            upd.files.append(pb.FileDef(name=d["name"], revision=d.get("revision", 0),
-                                        attributes=attrs))
+            upd.files.append(file_def(text))
         for row in conn.execute("SELECT id, file, attr, kind, low, high, value FROM descriptors"):
             d = upd.descriptors.add(id=row[0], file=row[1], attr=row[2], kind=row[3])
             for field, text in zip(("low", "high", "value"), row[4:], strict=True):
@@ -157,7 +151,8 @@ class Store:
             upd.clusters.add(id=cid, file=file, descriptor_ids=json.loads(dids))
         return upd
 
-    def persist_rows(self, conn: sqlite3.Connection, new: pb.DirectoryUpdate) -> None:
+    @staticmethod
+    def persist_rows(conn: sqlite3.Connection, new: pb.DirectoryUpdate) -> None:
         """Store the new parts of a directory update inside the caller's transaction (the
         writer's, `writer.py`), creating file tables."""
         for f in new.files:
@@ -167,7 +162,7 @@ class Store:
                          "DO UPDATE SET def = excluded.def", (
                 f.name, json.dumps({"name": f.name, "revision": f.revision, "attributes": [
                     [a.name, a.type, a.directory, a.indexed] for a in schema.attributes]})))
-            self._create_file_table(conn, schema)
+            Store._create_file_table(conn, schema)
         conn.executemany(
             "INSERT OR IGNORE INTO descriptors VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(d.id, d.file, d.attr, d.kind, *(_json(getattr(d, f)) for f in
@@ -176,14 +171,14 @@ class Store:
         conn.executemany("INSERT OR IGNORE INTO clusters VALUES (?, ?, ?)", [
             (c.id, c.file, json.dumps(list(c.descriptor_ids))) for c in new.clusters])
 
-    def restore_files(self, conn: sqlite3.Connection,
-                      before: dict[str, FileSchema | None]) -> None:
+    @staticmethod
+    def restore_files(conn: sqlite3.Connection, before: dict[str, FileSchema | None]) -> None:
         """Take back a definition's files inside the caller's transaction: a new file's
         table (its indexes go with it) and directory rows; a re-indexed file's old
         definition and indexes."""
         for name, old in before.items():
             if old is not None:
-                self.persist_rows(conn, pb.DirectoryUpdate(files=[file_schema_to_pb(old)]))
+                Store.persist_rows(conn, pb.DirectoryUpdate(files=[file_schema_to_pb(old)]))
                 continue
             conn.execute(f"DROP TABLE IF EXISTS {table(name)}")
             conn.execute("DELETE FROM descriptors WHERE file = ?", (name,))
@@ -224,6 +219,16 @@ class Store:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def file_def(text: str) -> pb.FileDef:
+    """A file's definition as the `files` table keeps it (`def`)."""
+    d = json.loads(text)
+    # Files stored before indexes existed have no revision and three fields.
+    attrs = [pb.AttributeDef(name=a[0], type=a[1], directory=a[2],
+                             indexed=len(a) > 3 and bool(a[3]))
+             for a in d["attributes"]]
+    return pb.FileDef(name=d["name"], revision=d.get("revision", 0), attributes=attrs)
 
 
 def _json(v: pb.Value) -> str | None:

@@ -6,6 +6,11 @@ the rowid range of each INSERT and the whole old row of each record an UPDATE or
 DELETE touches. After a crash the backend can therefore still do either: commit is
 forgetting the marker and its undo rows, roll back is applying the undo rows in
 reverse order. CC keeps other units off the unit's clusters until the decision.
+
+A definition is prepared the same way: the transaction that stores its files inserts
+its marker and, for each file, its definition before (`defined`; none: the file is
+new). Commit forgets them; roll back takes the files back (a new file's table and
+directory rows dropped, a re-indexed file's old definition and indexes restored).
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ import json
 import sqlite3
 
 from backend.recp_sql import json_array
-from backend.store import as_json, col, table
+from backend.store import Store, as_json, col, file_def, table
+from mbds.directory import file_schema_from_pb
 from mbds.schema import FileSchema
 
 SCHEMA = """
@@ -25,6 +31,8 @@ SCHEMA = """
         id INTEGER PRIMARY KEY, unit INTEGER NOT NULL, file TEXT NOT NULL,
         lo INTEGER, hi INTEGER, image TEXT);
     CREATE INDEX IF NOT EXISTS undo_unit ON undo (unit, id);
+    CREATE TABLE IF NOT EXISTS defined (
+        unit INTEGER NOT NULL, file TEXT NOT NULL, was TEXT, PRIMARY KEY (unit, file));
 """
 
 Key = tuple[str, int]      # (epoch, seq): a traffic unit of one controller's bus
@@ -71,14 +79,32 @@ class UndoLog:
         forget(self.conn, self.unit)
 
 
+def defining(conn: sqlite3.Connection, key: Key, files: list[str]) -> int:
+    """Before a definition's files are stored, in the same transaction: its marker and
+    each file's stored definition (none if it is new). Returns the marker."""
+    cur = conn.execute("INSERT INTO prepared (epoch, seq) VALUES (?, ?)", key)
+    assert cur.lastrowid is not None
+    conn.executemany("INSERT INTO defined (unit, file, was) "
+                     "SELECT ?, ?, (SELECT def FROM files WHERE name = ?)",
+                     [(cur.lastrowid, f, f) for f in files])
+    return cur.lastrowid
+
+
 def forget(conn: sqlite3.Connection, unit: int) -> None:
-    """Commit of a prepared unit: its writes stay, its undo rows and marker go."""
+    """Commit of a prepared unit: its writes (or files) stay, its undo rows and marker go."""
     conn.execute("DELETE FROM undo WHERE unit = ?", (unit,))
+    conn.execute("DELETE FROM defined WHERE unit = ?", (unit,))
     conn.execute("DELETE FROM prepared WHERE id = ?", (unit,))
 
 
-def roll_back(conn: sqlite3.Connection, unit: int, files: dict[str, FileSchema]) -> None:
-    """Roll back a prepared unit: each write undone, newest first, then forgotten."""
+def roll_back(conn: sqlite3.Connection, unit: int,
+              files: dict[str, FileSchema]) -> dict[str, FileSchema | None]:
+    """Roll back a prepared unit: each write undone, newest first, or a definition's
+    files taken back; then forgotten. Returns the files a definition had before (None:
+    new), for the directory to take back too; empty for a write."""
+    before = {file: None if was is None else file_schema_from_pb(file_def(was))
+              for file, was in conn.execute("SELECT file, was FROM defined WHERE unit = ?",
+                                            (unit,))}
     undo = conn.execute("SELECT file, lo, hi, image FROM undo WHERE unit = ? ORDER BY id DESC",
                         (unit,)).fetchall()
     for file, lo, hi, image in undo:
@@ -89,7 +115,9 @@ def roll_back(conn: sqlite3.Connection, unit: int, files: dict[str, FileSchema])
             cols = _columns(schema)
             conn.execute(f"INSERT OR REPLACE INTO {table(file)} (rid, {', '.join(cols)}) "
                          f"VALUES (?{', ?' * len(cols)})", (lo, *json.loads(image)))
+    Store.restore_files(conn, before)
     forget(conn, unit)
+    return before
 
 
 def in_doubt(conn: sqlite3.Connection) -> dict[Key, int]:

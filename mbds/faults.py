@@ -14,6 +14,7 @@ import time
 
 POINTS = (
     "backend.before_define",        # a definition's files are being stored (writer's job)
+    "backend.before_define_vote",   # a definition's files stored, marked pending; no vote yet
     "backend.apply_directory",      # directory entries pushed outside bus order arrive
     "backend.before_prepare",       # written in the writer's transaction, not yet durable
     "backend.before_vote",          # prepared durably; "prepared" not yet sent
