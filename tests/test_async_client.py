@@ -74,7 +74,7 @@ def test_a_session_a_controller_restart_broke_is_replaced_and_the_request_runs_o
     """The controller killed and started again between two requests: the kept session is
     dead, which grpc.aio learns only when the next request's write fails. Nothing of that
     request reached the controller, so it goes again on a fresh session and runs once;
-    with the controller down it fails UNAVAILABLE, named as not sent."""
+    with the controller down it fails UNAVAILABLE and is not sent again."""
     r = cluster_factory(2)
     r.client.define(CENSUS_YAML)
 
@@ -84,7 +84,11 @@ def test_a_session_a_controller_restart_broke_is_replaced_and_the_request_runs_o
             r.cluster.controller.kill()
             with pytest.raises(ClientError) as e:
                 await c.execute(INSERT.format(c="down", p=1))
-            assert e.value.code == "UNAVAILABLE" and "not sent" in str(e.value)
+            # Named as not sent when the write fails; when the dead connection takes the
+            # write (the peer's reset not yet in) and fails the read, the client cannot
+            # know and says so. Either way it is not sent again ("down" is nowhere below).
+            assert e.value.code == "UNAVAILABLE" and (
+                "not sent" in str(e.value) or "may or may not have run" in str(e.value))
             r.cluster.restart_controller()
             await c.connect()       # past the channel's back-off from the failed connect
             [ins] = await c.execute(INSERT.format(c="back", p=2))
