@@ -14,14 +14,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Hashable
-from typing import cast
-
-from backend.plancache import Shape
-
-
-def files_of(shape: Shape) -> frozenset[str]:
-    """The files a unit's predicates search (those its plan may miss moved records of)."""
-    return frozenset(cast(tuple[str, str, str], group)[1] for group in shape.groups)
 
 
 class Movers:

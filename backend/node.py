@@ -30,7 +30,7 @@ from backend.definitions import Definitions, defines
 from backend.exchange import IdExchange, wake
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
-from backend.movers import Movers, files_of
+from backend.movers import Movers
 from backend.plan import RequestPlan
 from backend.plancache import PlanCache
 from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
@@ -207,7 +207,7 @@ class BackendNode:
             with self._h("cc.attribute_release"):
                 self.cc.release(handle)
         if self.stage2.idle and self.exchange.gathered(st) and \
-                not self.movers.before(files_of(shape)):
+                not self.movers.before(shape.files):
             # Nothing is in or waiting for stage 2 and nothing is to be waited for: the
             # unit goes through stage 2 here, in bus order, without a hand-over.
             await self._run_stage2(key, st)
@@ -288,8 +288,7 @@ class BackendNode:
         tu = st.tu
         shape = st.shape
         assert tu is not None and shape is not None
-        files = files_of(shape)
-        if ends := self.movers.before(files):      # (`movers.py`)
+        if ends := self.movers.before(shape.files):      # (`movers.py`)
             await asyncio.wait(ends)
         st.found = await self.exchange.gather(st)
         if st.searched != self.directory.generation:
@@ -297,7 +296,7 @@ class BackendNode:
             # whole, as every backend holds the whole directory.
             st.found = dm.descriptor_search(self.directory, tu, 0, 1)
         if any(r.moves_records for r in tu.requests):
-            self.movers.start(key, files)
+            self.movers.start(key, shape.files)
         with self._h("cc.did_group_lock"):
             handle = await self._acquire("did_group", key, shape.groups)
         with self._h("dm.did_groups_locked"):     # cluster search and address generation

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
+from typing import cast
 
 from backend import check, dm
 from backend.cc import S
@@ -44,13 +45,16 @@ def _clusters(plans: list[RequestPlan]) -> int:
 class Shape:
     """One unit shape's work at one directory generation."""
 
-    __slots__ = ("generation", "attrs", "groups", "predicates", "shares", "peers", "planned")
+    __slots__ = ("generation", "attrs", "groups", "files", "predicates", "shares", "peers",
+                 "planned")
 
     def __init__(self, generation: int, attrs: set[tuple[str, str]],
                  groups: dict[Hashable, str], predicates: int) -> None:
         self.generation = generation
         self.attrs = attrs
         self.groups = groups
+        # The files its predicates search: those whose movers it waits for (`movers.py`).
+        self.files = frozenset(cast(tuple[str, str, str], g)[1] for g in groups)
         self.predicates = predicates       # m, over which descriptor search is split
         self.shares: dict[tuple[int, int], DescriptorResults] = {}
         # Peers' shares by (sender, n), as checked: the same ids again need no check.
