@@ -336,6 +336,7 @@ class Bus:
             self._fits(len(body), link.name)
             bodies.append(body)
         inbox = self._number(links, timeout, requests)
+        inbox.one_phase = frozenset(x for x in links if units[x.index].one_phase)
         for link, body in zip(links, bodies, strict=True):
             link.send(traffic_unit_message(body, self.seq))
         return inbox
@@ -346,6 +347,8 @@ class Bus:
         serialized without its seq, and the serialized directory entries it carries."""
         self._fits(len(body) + len(directory))
         inbox = self._number(list(self.links), timeout, requests)
+        if len(self.links) == 1:        # one backend: one phase (`same_unit`)
+            inbox.one_phase = frozenset(self.links)
         msg = traffic_unit_message(body, self.seq, directory)
         for link in self.links:
             link.send(msg)

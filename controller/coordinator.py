@@ -136,8 +136,6 @@ class Coordinator:
             body = same_unit(prepared, transaction, len(self.links), self.split_search_from)
             directory = self.unsent.SerializeToString()
             inbox = self.bus.broadcast_same(body, directory, timeout, len(prepared))
-            if len(self.links) == 1:      # as `same_unit` makes it
-                inbox.one_phase = frozenset(inbox.links)
             if directory:
                 self.unsent = pb.DirectoryUpdate()
             return inbox, {}, []
@@ -149,7 +147,6 @@ class Coordinator:
                                                          self.split_search_from)
             units = self._one_phase(units, update)
             inbox = self.bus.broadcast(units, timeout, len(prepared))
-            inbox.one_phase = frozenset(x for x in inbox.links if units[x.index].one_phase)
         except BaseException:      # refused: nothing was sent
             self.iig.unplace(names, units)
             self._retract(update, *before)

@@ -92,7 +92,7 @@ class Inbox:
         self.ahead: dict[Link, deque[pb.BackendReply]] = {x: deque() for x in links}
         self.consumed: dict[Link, int] = dict.fromkeys(links, 0)
         self.sent = {x: Sent() for x in links}
-        # The backends that commit the unit by themselves (one phase), set by the sender.
+        # The backends that commit the unit by themselves (one phase), set by the bus.
         self.one_phase: frozenset[Link] = frozenset()
         for link in links:
             link.pending[seq] = self
