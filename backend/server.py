@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,89 +16,13 @@ from backend.node import BackendNode
 from backend.state import BusOut
 from backend.store import Store
 from mbds import dirlock, eventloop, faults, metrics, tls
-from mbds.directory import Directory, file_schema_to_pb
+from mbds.directory_parts import DirectoryParts, TooLarge
 from mbds.doors import RoleDoor
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import MESSAGE_BUDGET, SERVER_OPTIONS, listen_on, too_large, until_stopped
 
 log = logging.getLogger("mbds.backend")
-
-
-# The bytes of one part of the directory the controller reads (`Directory`): a directory
-# can be far larger than a message, and a part of a few MiB keeps the event loop turning
-# between parts, on both sides. An entry larger than a part goes alone in its own.
-DIRECTORY_PART = MESSAGE_BUDGET // 16
-
-
-class TooLarge(Exception):
-    """A directory entry no message can carry."""
-
-
-def _entry_size(entry: pb.FileDef | pb.Descriptor | pb.Cluster) -> int:
-    """An entry's bytes in a part: its own, its field's key and length, and for a cluster
-    its count (`ClusterCount`, at most 24 bytes)."""
-    n = entry.ByteSize()
-    if n > MESSAGE_BUDGET:
-        what = f"file {entry.name}" if isinstance(entry, pb.FileDef) else \
-            f"{type(entry).__name__.lower()} {entry.id}"
-        raise TooLarge(too_large(f"directory entry {what}", n))
-    return n + (35 if isinstance(entry, pb.Cluster) else 11)
-
-
-class DirectoryParts:
-    """The directory cut into parts in the order `DirectoryPosition` names: files by
-    name, descriptors by id, clusters by id. Each part is cut from the directory as it
-    is when asked for; the digest it travels with tells the reader whether the directory
-    changed between parts. The sorted keys are kept while the directory's generation
-    lasts, so a part costs its own entries, not a sort of the whole directory."""
-
-    def __init__(self, directory: Directory) -> None:
-        self.directory = directory
-        self._keys: tuple[int, list[str], list[int], list[int]] | None = None
-
-    def _sorted(self) -> tuple[list[str], list[int], list[int]]:
-        d = self.directory
-        if self._keys is None or self._keys[0] != d.generation:
-            self._keys = (d.generation, sorted(d.files), sorted(d.descriptors),
-                          sorted(d.clusters))
-        return self._keys[1:]
-
-    def cut(self, start: pb.DirectoryPosition
-            ) -> tuple[pb.DirectoryUpdate, pb.DirectoryPosition | None]:
-        """The part from `start`, and where the next one starts (None: this is the last)."""
-        d = self.directory
-        files, descriptors, clusters = self._sorted()
-        part, size = pb.DirectoryUpdate(), 0
-        if start.section == 0:
-            for i in range(bisect.bisect_right(files, start.after_file), len(files)):
-                f = file_schema_to_pb(d.files[files[i]])
-                n = _entry_size(f)
-                if size and size + n > DIRECTORY_PART:
-                    return part, pb.DirectoryPosition(section=0, after_file=files[i - 1])
-                part.files.append(f)
-                size += n
-        for section, ids in ((1, descriptors), (2, clusters)):
-            if start.section > section:
-                continue
-            after = start.after_id if start.section == section else 0
-            for i in range(bisect.bisect_right(ids, after), len(ids)):
-                entry: pb.Descriptor | pb.Cluster
-                if section == 1:
-                    entry = d.descriptors[ids[i]].to_pb()
-                else:
-                    file, dids = d.clusters[ids[i]]
-                    entry = pb.Cluster(id=ids[i], file=file, descriptor_ids=dids)
-                n = _entry_size(entry)
-                if size and size + n > DIRECTORY_PART:
-                    return part, pb.DirectoryPosition(section=section, after_id=ids[i - 1])
-                if section == 1:
-                    part.descriptors.append(entry)
-                else:
-                    part.clusters.append(entry)
-                size += n
-        self._keys = None              # read to the end: nothing to keep for the next part
-        return part, None
 
 
 class BackendServicer(rpc.BackendServicer):

@@ -17,14 +17,14 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import grpc
 
 from controller.decisions import Decisions
 from controller.inbox import WINDOW, BackendFailure, Inbox
 from mbds import metrics, tls
-from mbds.directory import Directory, file_schema_to_pb
+from mbds.directory_parts import directory_parts, update_entries
 from mbds.errors import BackendUnavailable, SemanticError, shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
@@ -73,66 +73,6 @@ def traffic_unit_message(body: bytes, seq: int, directory: bytes = b"") -> bytes
     if directory:
         unit += _framed(_DIRECTORY, directory)
     return _framed(_TRAFFIC_UNIT, unit)
-
-
-# The bytes of one part of a directory sent to a backend (`directory_parts`): a whole
-# directory can be far larger than a message, and parts of a few MiB keep the event loop
-# turning between them, here and on the backend. An entry larger alone goes alone.
-DIRECTORY_PART = MESSAGE_BUDGET // 16
-
-Entry = pb.FileDef | pb.Descriptor | pb.Cluster
-
-
-def update_entries(update: pb.DirectoryUpdate) -> Iterator[Entry]:
-    yield from update.files
-    yield from update.descriptors
-    yield from update.clusters
-
-
-def directory_entries(directory: Directory) -> Iterator[Entry]:
-    """The whole directory, entry by entry: files by name, descriptors by id, clusters by
-    id (so that an entry refers only to those before it). The keys are taken when the
-    first entry is asked for, each entry when it is reached (between parts, units go on):
-    one gone by then is left out, one made since is not sent (the next traffic unit
-    carries it, `Coordinator.unsent`), so no cluster goes without its descriptors."""
-    names, dids, cids = sorted(directory.files), sorted(directory.descriptors), \
-        sorted(directory.clusters)
-    for name in names:
-        f = directory.files.get(name)
-        if f is not None:
-            yield file_schema_to_pb(f)
-    for did in dids:
-        d = directory.descriptors.get(did)
-        if d is not None:
-            yield d.to_pb()
-    for cid in cids:
-        c = directory.clusters.get(cid)
-        if c is not None:
-            yield pb.Cluster(id=cid, file=c[0], descriptor_ids=c[1])
-
-
-def directory_parts(entries: Iterable[Entry]) -> Iterator[pb.DirectoryUpdate]:
-    """`entries` in order, in updates of at most `DIRECTORY_PART` bytes each (an entry
-    larger than that alone in one); none when there are no entries. An entry no message
-    can carry is refused, naming the limit (`SemanticError`)."""
-    part, size = pb.DirectoryUpdate(), 0
-    for entry in entries:
-        n = entry.ByteSize()
-        if n > MESSAGE_BUDGET:
-            raise SemanticError(too_large("a directory entry", n))
-        n += 11                       # its field's key and length
-        if size and size + n > DIRECTORY_PART:
-            yield part
-            part, size = pb.DirectoryUpdate(), 0
-        if isinstance(entry, pb.FileDef):
-            part.files.append(entry)
-        elif isinstance(entry, pb.Descriptor):
-            part.descriptors.append(entry)
-        else:
-            part.clusters.append(entry)
-        size += n
-    if size:
-        yield part
 
 
 class BackendLink:

@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from controller.bus import BackendLink, Bus, directory_entries, directory_parts
+from controller.bus import BackendLink, Bus
 from controller.decisions import Decisions
 from controller.iig import Iig
 from controller.members import Members
 from mbds import metrics
 from mbds.directory import Directory
+from mbds.directory_parts import directory_entries, directory_parts
 from mbds.entries import EntryCheck, EntryError
 from mbds.errors import BackendUnavailable, shorten
 from mbds.proto import mbds_pb2 as pb

@@ -39,7 +39,7 @@ MODULES=(
   "cc|backend/cc.py|backend.cc.*|tests/test_cc.py"
   "dm|backend/dm.py|backend.dm.*|tests/test_cc.py"
   "directory|mbds/directory.py|mbds.directory.*|tests/test_directory.py"
-  "iig|controller/iig.py|controller.iig.*|tests/test_directory.py \
+  "iig|controller/iig*.py|controller.iig.* controller.iig_batch.*|tests/test_directory.py \
 tests/test_bulk_load.py::test_placement_per_batch_matches_the_per_record_rule \
 tests/test_bulk_load.py::test_the_backend_checks_a_batch_per_column"
   "pp|controller/pp.py|controller.pp.xǁ_Aggregatesǁ* \
@@ -61,7 +61,8 @@ tests/test_fixed_cost.py::test_interleaved_handler_timings_each_count_once \
 tests/test_fixed_cost.py::test_light_children_add_up_and_are_made_once_per_label_set \
 tests/test_fixed_cost.py::test_a_handler_measured_by_its_caller_is_recorded_only_while_timing_is_on"
   "abdl_lexer|controller/abdl/lexer.py|controller.abdl.lexer.*|$ABDL_LEXER_TESTS"
-  "abdl_parser|controller/abdl/parser.py|controller.abdl.parser.*|$ABDL_PARSER_TESTS"
+  "abdl_parser|controller/abdl/*parser.py|controller.abdl.parser.* \
+controller.abdl.query_parser.*|$ABDL_PARSER_TESTS"
 )
 
 # Hypothesis: derandomized and without an example database, so a run's result does not

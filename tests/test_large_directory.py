@@ -9,10 +9,8 @@ import shutil
 import time
 from pathlib import Path
 
-from backend.server import DIRECTORY_PART as BACKEND_PART
-from backend.server import DirectoryParts
-from controller.bus import DIRECTORY_PART, directory_entries, directory_parts
 from mbds.directory import Directory
+from mbds.directory_parts import DIRECTORY_PART, DirectoryParts, directory_entries, directory_parts
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import MAX_MESSAGE, MESSAGE_BUDGET
@@ -61,7 +59,7 @@ def test_a_directory_larger_than_a_message_survives_restarts(tmp_path: Path) -> 
         load(r)
         parts = read_parts(r, 0)
         assert sum(p.directory.ByteSize() for p in parts) > MAX_MESSAGE
-        assert len(parts) > 1 and max(p.ByteSize() for p in parts) < 2 * BACKEND_PART
+        assert len(parts) > 1 and max(p.ByteSize() for p in parts) < 2 * DIRECTORY_PART
         assert sum(len(p.directory.descriptors) for p in parts) == RECORDS + 2  # FILE, N
         assert {p.directory_digest for p in parts} == set(backend_digests(r))
     finally:
@@ -122,7 +120,7 @@ def test_a_backend_cuts_its_directory_in_bounded_parts_that_make_it_whole() -> N
         assert (following.section, following.after_file, following.after_id) > (
             start.section, start.after_file, start.after_id)
         start = following
-    assert len(parts) > 3 and all(p.ByteSize() <= BACKEND_PART for p in parts)
+    assert len(parts) > 3 and all(p.ByteSize() <= DIRECTORY_PART for p in parts)
     merged = pb.DirectoryUpdate()
     for p in parts:
         merged.MergeFrom(p)

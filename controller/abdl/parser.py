@@ -1,15 +1,14 @@
 """Recursive-descent parser for ABDL traffic units (grammar in SPEC.md section 3).
 
-Keywords, predicates and plain target items are first tried with one compiled
-pattern each (the lexer's "fast path"); anything unusual -- a syntax error, a
-comment, a reserved word, an unrepresentable number -- falls back to the
-token-by-token path, which is the reference behaviour and produces the precise
+Traffic units and the four requests; the query three of them share, and the token
+helpers, are in query_parser.py. Keywords, predicates and plain target items are first
+tried with one compiled pattern each (the lexer's "fast path"); anything unusual -- a
+syntax error, a comment, a reserved word, an unrepresentable number -- falls back to
+the token-by-token path, which is the reference behaviour and produces the precise
 error. A property test checks that both paths build identical trees.
 """
 
 from __future__ import annotations
-
-from typing import NoReturn
 
 from controller.abdl import ast
 from controller.abdl.lexer import (
@@ -19,14 +18,12 @@ from controller.abdl.lexer import (
     ITEM_RE,
     KEYWORD_RE,
     KEYWORDS,
-    PREDICATE_RE,
-    RELOP,
     VALUE,
     AbdlSyntaxError,
-    Lexer,
     Token,
     fast_value,
 )
+from controller.abdl.query_parser import QueryParser
 
 __all__ = ["AbdlSyntaxError", "parse"]
 
@@ -42,43 +39,14 @@ def parse(text: str, max_text: int | None = None) -> ast.TrafficUnit:
     return _Parser(text, max_text).traffic_unit()
 
 
-class _Parser:
-    __slots__ = ("_lx", "_trail")
+class _Parser(QueryParser):
+    __slots__ = ("_trail",)
 
     def __init__(self, text: str, max_text: int | None = None) -> None:
-        self._lx = Lexer(text, max_text)
+        super().__init__(text, max_text)
         # Optional tokens that could have continued the request just parsed;
         # they are added to "expected" when the request is followed by junk.
         self._trail: tuple[str, ...] = ()
-
-    # -- helpers --------------------------------------------------------------
-
-    def _fail(self, tok: Token, *expected: str) -> NoReturn:
-        raise self._lx.unexpected(tok, expected)
-
-    def _expect(self, kind: str) -> Token:
-        tok = self._lx.take()
-        if tok.kind != kind:
-            self._fail(tok, kind)
-        return tok
-
-    def _attr(self, *expected: str) -> str:
-        tok = self._lx.take()
-        if tok.kind == "WORD":
-            return tok.text.upper()
-        if tok.kind in KEYWORDS:
-            raise self._lx.reserved(tok.text, tok.offset)
-        self._fail(tok, *(expected or (ATTRIBUTE,)))
-
-    def _value(self) -> ast.Value:
-        tok = self._lx.take()
-        kind = tok.kind
-        if kind == "NUMBER" or kind == "STRING":
-            assert tok.value is not None
-            return tok.value
-        if kind == "WORD" or kind in KEYWORDS:
-            return tok.text  # bare word, case preserved (reserved words allowed as values)
-        self._fail(tok, VALUE)
 
     # -- traffic unit ---------------------------------------------------------
 
@@ -177,64 +145,6 @@ class _Parser:
             body = lx.read_body(brace.offset)
         self._trail = () if body is not None else ("{",)
         return ast.Insert(tuple(keywords), body, position(insert_tok.offset))
-
-    # -- queries --------------------------------------------------------------
-
-    def _query(self) -> ast.Query:
-        lx = self._lx
-        conjunctions = [self._conjunction()]
-        while lx.peek().kind == "OR":
-            lx.check_length(lx.pos)
-            lx.take()
-            conjunctions.append(self._conjunction())
-        return ast.Query(tuple(conjunctions))
-
-    def _conjunction(self) -> ast.Conjunction:
-        lx = self._lx
-        predicate = self._fast_predicate()
-        if predicate is not None:
-            return ast.Conjunction((predicate,))
-        open_tok = self._expect("(")
-        if lx.peek().kind != "(":
-            # '(' followed by anything but '(' starts a single predicate.
-            return ast.Conjunction((self._predicate_rest(open_tok, ATTRIBUTE, "("),))
-        predicates = [self._predicate()]
-        while True:
-            tok = lx.take()
-            if tok.kind == ")":
-                return ast.Conjunction(tuple(predicates))
-            if tok.kind != "AND":
-                self._fail(tok, ")", "and")
-            lx.check_length(lx.pos)
-            predicates.append(self._predicate())
-
-    def _fast_predicate(self) -> ast.Predicate | None:
-        lx = self._lx
-        m = lx.fast_match(PREDICATE_RE)
-        if m is None:
-            return None
-        _, attr, op, num, word, string = m.groups()
-        upper = attr.upper()
-        value = fast_value(num, word, string)
-        if value is None or upper in KEYWORDS:
-            lx.reset(m.start())
-            return None
-        return ast.Predicate(upper, op, value, lx.position(m.start(1)))
-
-    def _predicate(self) -> ast.Predicate:
-        predicate = self._fast_predicate()
-        if predicate is not None:
-            return predicate
-        return self._predicate_rest(self._expect("("), ATTRIBUTE)
-
-    def _predicate_rest(self, open_tok: Token, *attr_expected: str) -> ast.Predicate:
-        attr = self._attr(*attr_expected)
-        op = self._lx.take()
-        if op.kind not in ast.RELOPS:
-            self._fail(op, RELOP)
-        value = self._value()
-        self._expect(")")
-        return ast.Predicate(attr, op.kind, value, self._lx.position(open_tok.offset))
 
     # -- UPDATE ---------------------------------------------------------------
 
