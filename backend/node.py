@@ -39,6 +39,7 @@ from backend.twophase import TwoPhaseWrites
 from backend.writer import Writer
 from mbds import faults, metrics
 from mbds.directory import Directory, changes
+from mbds.errors import shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
@@ -147,6 +148,9 @@ class BackendNode:
             # No backend would have the missing index: split units would wait for it.
             raise check.BadMessage(f"a bus hello that makes this backend index "
                                    f"{hello.backend_index} of {len(hello.peers)} peers")
+        if hello.epoch != bus.epoch:
+            raise check.BadMessage(f"a bus hello of epoch {shorten(hello.epoch, 40)} on a "
+                                   f"bus opened by epoch {shorten(bus.epoch, 40)}")
         if hello.epoch != self.config.epoch:
             self.last_seq = 0
         self.config = BusConfig(hello.epoch, hello.backend_index, list(hello.peers),

@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from backend.check import BadMessage
 from backend.links import IigClient, PeerLinks
 from backend.node import BackendNode
+from backend.owner import Owner
 from backend.state import BusOut
 from backend.store import Store
 from mbds import dirlock, eventloop, faults, metrics, tls
@@ -28,7 +29,9 @@ log = logging.getLogger("mbds.backend")
 class BackendServicer(rpc.BackendServicer):
     def __init__(self, node: BackendNode) -> None:
         self.node = node
-        self.buses: set[BusOut] = set()      # open Bus streams: `drain` ends them
+        # Whose calls it takes; its open Bus streams, which `drain` ends.
+        self.owner = Owner(node.name, node.store)
+        self.buses = self.owner.buses
         self.parts = DirectoryParts(node.directory)
 
     async def drain(self, grace: float) -> None:
@@ -49,10 +52,19 @@ class BackendServicer(rpc.BackendServicer):
         return pb.HelloReply(name=self.node.name, directory_digest=self.node.directory.digest(),
                              metrics_port=self.node.metrics_port, in_doubt=[
                                  pb.UnitId(epoch=e, seq=s)
-                                 for e, s in self.node.prepared.listed()])
+                                 for e, s in self.node.prepared.listed()],
+                             cluster=self.owner.cluster, bus_epoch=self.owner.epoch)
+
+    async def _admit(self, context: grpc.aio.ServicerContext, *, writes: bool) -> None:
+        """Refuse a call from another cluster's controller, or one that `writes` from a
+        controller other than the one whose bus is open (`backend/owner.py`)."""
+        refused = self.owner.refusal(context.invocation_metadata(), writes=writes)
+        if refused:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
 
     async def Resolve(self, request: pb.Outcomes,
                       context: grpc.aio.ServicerContext) -> pb.HelloReply:
+        await self._admit(context, writes=True)
         await self.node.prepared.resolve(list(request.outcomes))
         return await self.Hello(pb.HelloRequest(), context)
 
@@ -64,6 +76,7 @@ class BackendServicer(rpc.BackendServicer):
         Refused while units found prepared at start are undecided: an in-doubt
         definition's files are not yet part of the database, nor taken back."""
         node = self.node
+        await self._admit(context, writes=False)
         if node.prepared.on_disk:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, (
                 f"backend {node.name} has {len(node.prepared.on_disk)} prepared units "
@@ -89,6 +102,7 @@ class BackendServicer(rpc.BackendServicer):
 
     async def ApplyDirectory(self, request: pb.DirectoryUpdate,
                              context: grpc.aio.ServicerContext) -> pb.HelloReply:
+        await self._admit(context, writes=True)
         try:
             faults.hit("backend.apply_directory")
             await self.node.apply_directory(request)
@@ -111,7 +125,15 @@ class BackendServicer(rpc.BackendServicer):
                 f"backend {self.node.name} has {len(self.node.prepared.on_disk)} prepared units "
                 "to resolve first"))
         bus = BusOut()
-        self.buses.add(bus)
+        refused = self.owner.open(bus, context.invocation_metadata(), context.peer())
+        if refused:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
+        try:
+            await self.owner.join(context.invocation_metadata(), self.node.writer)
+        except Exception as e:     # its store cannot keep it (a full disk): no bus
+            self.owner.closed(bus)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, (
+                f"backend {self.node.name} cannot keep its cluster's id: {e}")[:1000])
         reader = asyncio.create_task(self._read_bus(request_iterator, bus))
         sent = metrics.BUS_MESSAGES.labels("to_controller", self.node.name)
         items = metrics.BUS_ITEMS.labels("to_controller", self.node.name)
@@ -141,7 +163,7 @@ class BackendServicer(rpc.BackendServicer):
                 if msg is None:
                     break
         finally:
-            self.buses.discard(bus)
+            self.owner.closed(bus)
             reader.cancel()
             self.node.on_bus_closed(bus)
 

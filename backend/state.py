@@ -43,9 +43,10 @@ class Cancelled(Exception):
 class BusOut:
     """The backend's side of one bus: replies queued for the stream back to PP."""
 
-    def __init__(self) -> None:
+    def __init__(self, epoch: str = "") -> None:
         self.queue: Mailbox[pb.BackendReply | None] = Mailbox()   # None ends the stream
         self.window = 8
+        self.epoch = epoch       # of the controller that opened it (`backend/owner.py`)
 
     def send(self, msg: pb.BackendReply) -> None:
         self.queue.put(msg)

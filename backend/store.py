@@ -137,6 +137,16 @@ class Store:
         conn.execute("INSERT INTO meta (key, value) VALUES ('name', ?)", (default,))
         return default
 
+    def cluster(self) -> str:
+        """The cluster this backend belongs to: "" until a controller's bus gives it one."""
+        row = self.writer().execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()
+        return row[0] if row else ""
+
+    @staticmethod
+    def join_cluster(conn: sqlite3.Connection, cluster: str) -> None:
+        """Keep `cluster` as this backend's, once (writer thread)."""
+        conn.execute("INSERT INTO meta (key, value) VALUES ('cluster', ?)", (cluster,))
+
     # ----------------------------------------------------------- directory --
     def load_directory(self) -> pb.DirectoryUpdate:
         conn = self.writer()

@@ -95,6 +95,9 @@ class BackendLink:
         self.pending: dict[int, Inbox] = {}
         self.error = "not connected"
         self.metrics_url = ""
+        # The cluster and epoch every call but Hello names (`Bus.admit`): the backend
+        # takes calls of its own cluster only, and writes from one controller at a time.
+        self.metadata: tuple[tuple[str, str], ...] = ()
         # Told when this backend has forgotten a committed unit (its seq on this bus).
         self.on_forgotten: Callable[[int], None] = lambda seq: None
 
@@ -130,7 +133,7 @@ class BackendLink:
         (after a hello; `Membership` reads the parts and checks them)."""
         try:
             return await self.stub.Directory(pb.DirectoryRequest(start=start),
-                                             timeout=timeout)
+                                             timeout=timeout, metadata=self.metadata)
         except Exception as e:
             raise self.unavailable(str(e)) from None
 
@@ -139,7 +142,7 @@ class BackendLink:
         """Directory entries to the backend, a part per call (`directory_parts`): each
         is checked and applied there before the next is made and sent."""
         for part in parts:
-            await self.stub.ApplyDirectory(part, timeout=timeout)
+            await self.stub.ApplyDirectory(part, timeout=timeout, metadata=self.metadata)
 
     def open_bus(self, hello: pb.BusHello) -> None:
         """Start a fresh bus; the first message tells the backend its place in the set."""
@@ -180,7 +183,7 @@ class BackendLink:
                     return
 
         try:
-            async for replies in self._bus_call(batches()):
+            async for replies in self._bus_call(batches(), metadata=self.metadata):
                 for reply in replies.replies:
                     if reply.WhichOneof("body") == "forgotten":
                         self.on_forgotten(reply.seq)

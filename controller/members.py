@@ -1,16 +1,21 @@
-"""The backends this cluster has had, kept in the controller's --data-dir.
+"""The cluster's identity and the backends it has had, kept in the controller's
+--data-dir.
 
 Every backend holds a slice of every cluster, so a controller that met only some of
 them would answer from part of the database and acknowledge writes the others miss.
 The names of the backends it has admitted are kept (`members.json`, beside the
 decision log), and a start that does not meet every one of them is refused, naming
-those missing.
+those missing. So is the cluster's id, which each backend also keeps from its first
+bus (`backend/owner.py`): a backend of another cluster is refused, whatever its
+directory holds, and a controller whose --data-dir was lost takes the id its backends
+agree on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 from mbds.errors import BackendUnavailable, shorten
@@ -25,14 +30,49 @@ class Members:
     def __init__(self, directory: Path | None) -> None:
         self.path = None if directory is None else directory / FILE
         self.names: set[str] = set()
+        self.cluster = ""                 # until `identify`
         if self.path is not None and self.path.exists():
             try:
-                names = json.loads(self.path.read_text())
-                if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-                    raise ValueError("not a list of names")
+                kept = json.loads(self.path.read_text())
+                if isinstance(kept, list):          # names alone: kept before cluster ids
+                    kept = {"cluster": "", "backends": kept}
+                if not isinstance(kept, dict):
+                    raise ValueError("not a cluster id and a list of backend names")
+                names, cluster = kept.get("backends"), kept.get("cluster")
+                if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
+                        and isinstance(cluster, str)):
+                    raise ValueError("not a cluster id and a list of backend names")
             except ValueError as e:
                 raise BackendUnavailable(f"{self.path}: {shorten(str(e))}") from None
-            self.names = set(names)
+            self.names, self.cluster = set(names), cluster
+
+    def identify(self, held: dict[str, str]) -> None:
+        """Settle the cluster's id from what each backend met holds (name -> id, "" for
+        one that has none yet): the id kept here, else the one the backends agree on,
+        else a new one (`keep` puts it on disk, before any backend is told it). Refuses
+        backends of another cluster, naming them and the ids."""
+        ids = sorted({c for c in held.values() if c})
+        if not self.cluster and len(ids) > 1:
+            groups = "; ".join(shorten(", ".join(sorted(n for n, c in held.items() if c == i)))
+                               + f" to {shorten(i, 40)}" for i in ids[:4])
+            raise BackendUnavailable(
+                f"the backends belong to different clusters ({groups}"
+                f"{'; …' if len(ids) > 4 else ''}): a backend's records are its own "
+                "cluster's, and it joins no other")
+        cluster = self.cluster or (ids[0] if ids else uuid.uuid4().hex)
+        for name, theirs in sorted(held.items()):
+            self.check(name, theirs, cluster)
+        self.cluster = cluster
+
+    def check(self, name: str, cluster: str, ours: str = "") -> None:
+        """Refuse backend `name` if it belongs to another cluster than `ours` (this one's)."""
+        ours = ours or self.cluster
+        if cluster and cluster != ours:
+            where = f" (kept in {self.path})" if self.path is not None else ""
+            raise BackendUnavailable(
+                f"backend {shorten(name)} belongs to cluster {shorten(cluster, 40)}, not to "
+                f"this controller's cluster {ours}{where}: a backend's records are "
+                "its own cluster's, and it joins no other")
 
     def check_all(self, met: list[str]) -> None:
         """Refuse a start that met only some of the backends the cluster has had."""
@@ -47,12 +87,18 @@ class Members:
 
     def admit(self, names: list[str]) -> None:
         """Keep `names` among the cluster's backends, durably before they serve."""
-        if self.path is None or set(names) <= self.names:
+        if set(names) <= self.names:
             return
         self.names.update(names)
+        self.keep()
+
+    def keep(self) -> None:
+        """Write the id and the names, durably (replaced whole, never half-written)."""
+        if self.path is None:
+            return
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump(sorted(self.names), f)
+            json.dump({"cluster": self.cluster, "backends": sorted(self.names)}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)

@@ -28,6 +28,7 @@ from mbds.directory_parts import directory_entries, directory_parts
 from mbds.entries import EntryCheck, EntryError
 from mbds.errors import BackendUnavailable, shorten
 from mbds.proto import mbds_pb2 as pb
+from mbds.service import CLUSTER_KEY, EPOCH_KEY
 
 log = logging.getLogger("mbds.controller")
 
@@ -75,7 +76,14 @@ class Membership:
     # ------------------------------------------------------------ joining --
     async def start(self) -> None:
         """Meet every backend, reconcile directories, rebuild placement, open the buses;
-        refused if one the cluster has had is not among them (`members.py`)."""
+        refused if one the cluster has had is not among them, or one belongs to another
+        cluster (`members.py`)."""
+        replies = await asyncio.gather(*(link.hello(self.connect_timeout)
+                                         for link in self.links))
+        self.members.identify({r.name: r.cluster for r in replies})
+        for link, reply in zip(self.links, replies, strict=True):
+            self._one_controller(link, reply)
+        self.members.keep()             # the cluster's id, before any backend is told it
         await self._join(self.links, every=True)
         self.decisions.met_every_backend()
 
@@ -173,6 +181,7 @@ class Membership:
     async def _hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
         """Hello, and the backend's in-doubt units resolved before it serves anything."""
         reply = await link.hello(timeout)
+        self._admitted(link, reply)
         units = [(u.epoch, u.seq) for u in reply.in_doubt]
         self.decisions.settled(reply.name, set(units))
         # Presumed abort only where the log would hold a commit: a unit of an epoch it
@@ -187,7 +196,7 @@ class Membership:
                         for e, s in units]
             try:
                 reply = await link.stub.Resolve(pb.Outcomes(outcomes=outcomes),
-                                                timeout=self.timeout)
+                                                timeout=self.timeout, metadata=link.metadata)
             except grpc.aio.AioRpcError as e:
                 raise link.unavailable(f"resolving its in-doubt units: {e.details()}") from None
             for o in outcomes:
@@ -202,6 +211,24 @@ class Membership:
         if reply.in_doubt:
             raise link.unavailable(f"{len(reply.in_doubt)} units still in doubt")
         return reply
+
+    def _admitted(self, link: BackendLink, reply: pb.HelloReply) -> None:
+        """Refuse a backend of another cluster, or one serving another controller's bus;
+        else name this cluster and epoch in every call to it from now on."""
+        if not self.members.cluster:    # a join before `start` settled it: none to name
+            raise BackendUnavailable("the controller is starting: it has not yet met "
+                                     "its backends")
+        self.members.check(f"{link.name} ({link.address})", reply.cluster)
+        self._one_controller(link, reply)
+        link.metadata = ((CLUSTER_KEY, self.members.cluster), (EPOCH_KEY, self.bus.epoch))
+
+    def _one_controller(self, link: BackendLink, reply: pb.HelloReply) -> None:
+        """Refuse a backend that serves another controller's bus."""
+        if reply.bus_epoch and reply.bus_epoch != self.bus.epoch:
+            raise BackendUnavailable(
+                f"backend {link.name} ({link.address}) serves the bus of another controller "
+                f"(epoch {shorten(reply.bus_epoch, 40)}): a cluster has one controller at a "
+                "time; stop that one first")
 
     async def _sync(self, link: BackendLink, digest: str) -> None:
         """A backend whose directory differs gets the whole of it, in parts of a few MiB

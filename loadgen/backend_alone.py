@@ -42,7 +42,7 @@ async def _run(data_dir: Path, text: str, units: int, warmup: int) -> float:
     store = Store(data_dir / "backend.db")
     node = BackendNode(store.identity(data_dir.name), store, peers=PeerLinks(),
                        iig=IigClient(data_dir.name))
-    bus = BusOut()
+    bus = BusOut("alone")
     # One backend of one: its descriptor search is the whole search, nothing exchanged.
     node.on_hello(pb.BusHello(epoch="alone", backend_index=0, peers=["alone"],
                               credit_window=8), bus)

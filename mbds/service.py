@@ -19,7 +19,15 @@ MESSAGE_BUDGET = MAX_MESSAGE - (1 << 20)
 # Every server's options. gRPC sets SO_REUSEPORT by default, which lets a second process
 # on a port in use share it silently (clients split between two controllers); off, the
 # second one fails to bind (`listen_on`).
-SERVER_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.so_reuseport", 0)]
+# Keepalive pings on every open call find a peer that vanished without closing its
+# connection (a host gone, a partition) within `keepalive_time + keepalive_timeout`: a
+# backend then drops the bus of a controller that is no more, and may serve the next.
+SERVER_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.so_reuseport", 0),
+                  ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+                  ("grpc.http2.max_pings_without_data", 0)]
+# The gRPC metadata a controller sends with every call to a backend but Hello: the
+# cluster it serves and its epoch (`backend/owner.py` checks both).
+CLUSTER_KEY, EPOCH_KEY = "mbds-cluster", "mbds-epoch"
 # Set in the environment of a process whose owner stops it (mbds/cluster.py).
 OWNED = "MBDS_OWNED"
 

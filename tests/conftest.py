@@ -18,6 +18,7 @@ from mbds.client import Client
 from mbds.cluster import LocalCluster
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.service import CLUSTER_KEY, EPOCH_KEY
 from mbds.tls import Identity
 
 CENSUS_YAML = """
@@ -72,6 +73,15 @@ def internal_channel(cluster: LocalCluster, address: str, as_role: str = "contro
         return grpc.insecure_channel(address)
     creds, options = Identity.load(cluster.tls_dir, as_role).channel(to_role)
     return grpc.secure_channel(address, creds, options=options)
+
+
+def as_controller(cluster: LocalCluster, address: str, epoch: str = ""
+                  ) -> tuple[tuple[str, str], ...]:
+    """The metadata of a call to a backend as its cluster's controller names it: the
+    backend's cluster, and `epoch` or else that of the bus the backend serves now."""
+    with internal_channel(cluster, address) as ch:
+        hello = rpc.BackendStub(ch).Hello(pb.HelloRequest(), timeout=10)
+    return ((CLUSTER_KEY, hello.cluster), (EPOCH_KEY, epoch or hello.bus_epoch))
 
 
 def backend_digests(r: Running) -> list[str]:

@@ -162,6 +162,8 @@ def test_a_controller_that_cannot_start_says_why_and_stops(cluster_factory,
     two backends of one name) exits 1 naming why, without a traceback, its ports
     closed."""
     r = cluster_factory(1)
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()           # a backend serves one controller at a time
     address = r.cluster.backends[0].address or ""
     args = [sys.executable, "-m", "mbds", "controller", "--listen", "127.0.0.1:0",
             "--backends", f"{address},{address}", "--data-dir", str(tmp_path / "c")]

@@ -247,7 +247,7 @@ def test_a_unit_cancelled_before_its_task_ran_leaves_no_lock_behind(tmp_path: Pa
         node._stage2_task.cancel()           # stage 2 is driven by hand below
         directory, _ = census()
         await node.apply_directory(directory.to_update())
-        bus = BusOut()
+        bus = BusOut("e")
         node.on_hello(pb.BusHello(epoch="e", backend_index=0, peers=["127.0.0.1:1"]), bus)
         tu = unit(directory, "DELETE ((FILE = Census) and (CITY = Monterey))")
         tu.seq = 1

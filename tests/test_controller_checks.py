@@ -25,6 +25,7 @@ from mbds.entries import EntryCheck, EntryError
 from mbds.errors import BackendUnavailable, TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.service import CLUSTER_KEY, EPOCH_KEY
 from mbds.values import to_pb
 from tests.conftest import CENSUS_YAML
 from tests.inproc import census_iig
@@ -284,27 +285,27 @@ class Tap(rpc.BackendServicer):
     async def Hello(self, request: pb.HelloRequest, context: object) -> pb.HelloReply:
         return await self.stub.Hello(request)
 
-    async def Directory(self, request: pb.DirectoryRequest, context: object
-                        ) -> pb.DirectoryReply:
-        reply = await self.stub.Directory(request)
+    async def Directory(self, request: pb.DirectoryRequest,
+                        context: grpc.aio.ServicerContext) -> pb.DirectoryReply:
+        reply = await self.stub.Directory(request, metadata=_named(context))
         self.directory(reply)
         return reply
 
     async def ApplyDirectory(self, request: pb.DirectoryUpdate,
                              context: grpc.aio.ServicerContext) -> pb.HelloReply:
         try:
-            return await self.stub.ApplyDirectory(request)
+            return await self.stub.ApplyDirectory(request, metadata=_named(context))
         except grpc.aio.AioRpcError as e:
             await context.abort(e.code(), e.details() or "")
             raise
 
-    async def Bus(self, request_iterator: AsyncIterator[pb.BusBatch], context: object
-                  ) -> AsyncIterator[pb.BackendReplies]:
+    async def Bus(self, request_iterator: AsyncIterator[pb.BusBatch],
+                  context: grpc.aio.ServicerContext) -> AsyncIterator[pb.BackendReplies]:
         async def down() -> AsyncIterator[pb.BusBatch]:
             async for batch in request_iterator:
                 yield pb.BusBatch(messages=[self.down(m) for m in batch.messages])
 
-        async for replies in self.stub.Bus(down()):
+        async for replies in self.stub.Bus(down(), metadata=_named(context)):
             yield pb.BackendReplies(replies=self.replies(list(replies.replies)))
 
     async def serve(self) -> tuple[grpc.aio.Server, str]:
@@ -313,6 +314,12 @@ class Tap(rpc.BackendServicer):
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         return server, f"127.0.0.1:{port}"
+
+
+def _named(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
+    """The cluster and epoch the controller named, passed on to the backend."""
+    return tuple((k, v) for k, v in context.invocation_metadata() or ()
+                 if k in (CLUSTER_KEY, EPOCH_KEY))
 
 
 def backend(tmp_path: Path, name: str, listen: str = "127.0.0.1:0") -> Proc:

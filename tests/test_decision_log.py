@@ -124,7 +124,8 @@ class _Stub:
     def __init__(self) -> None:
         self.resolved: list[pb.Outcomes] = []
 
-    async def Resolve(self, outcomes: pb.Outcomes, timeout: float) -> pb.HelloReply:
+    async def Resolve(self, outcomes: pb.Outcomes, timeout: float,
+                      metadata: object = ()) -> pb.HelloReply:
         self.resolved.append(outcomes)
         return pb.HelloReply(name="b1", in_doubt=[
             pb.UnitId(epoch=e, seq=s) for e, s in LEFT])
@@ -137,6 +138,7 @@ class _Link:
     """A backend in doubt about a unit of this controller's epoch and one of another's."""
 
     name, address = "b1", "127.0.0.1:1"
+    metadata: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, units: list[tuple[str, int]]) -> None:
         self.units = units
@@ -157,6 +159,7 @@ def test_a_hello_resolves_the_units_the_log_covers_and_leaves_the_others_in_doub
         ours = c.bus.epoch
         assert c.decisions.covers((ours, 1))
         link = _Link([(ours, 1), LEFT[0]])
+        c.membership.members.identify({})      # as `start` does with no backend yet
         with pytest.raises(BackendUnavailable, match=r"backend b1 holds in-doubt unit "
                            r"\(epoch gone, seq 9\) that this controller's decision log "
                            r"does not cover"):

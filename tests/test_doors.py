@@ -14,7 +14,7 @@ import pytest
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.values import to_pb
-from tests.conftest import CENSUS_YAML, Running, internal_channel
+from tests.conftest import CENSUS_YAML, Running, as_controller, internal_channel
 from tests.crashes import retry
 from tests.inproc import census_iig, unit
 
@@ -41,9 +41,13 @@ def contents(r: Running) -> list:
 
 def forged_bus(r: Running, address: str, units: list[pb.TrafficUnit],
                peers: list[str] | None = None) -> list[pb.BackendReply]:
-    """A bus of our own to a backend, opened with the controller's certificate (a receiver
-    checks what it gets whoever sent it): its hello (the backend first of `peers`), then
-    `units`; every reply to them."""
+    """A bus of our own to a backend, opened with the controller's certificate and its
+    cluster's id (a receiver checks what it gets whoever sent it): its hello (the backend
+    first of `peers`), then `units`; every reply to them. The controller is stopped
+    first: a backend serves one controller's bus at a time."""
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    metadata = as_controller(r.cluster, address, "forged")
     out: queue.Queue[pb.BusBatch | None] = queue.Queue()
     out.put(pb.BusBatch(messages=[pb.BusMessage(hello=pb.BusHello(
         epoch="forged", backend_index=0, peers=peers or [address]))]))
@@ -51,7 +55,7 @@ def forged_bus(r: Running, address: str, units: list[pb.TrafficUnit],
         out.put(pb.BusBatch(messages=[pb.BusMessage(traffic_unit=tu)]))
     replies: list[pb.BackendReply] = []
     with internal_channel(r.cluster, address) as ch:
-        call = rpc.BackendStub(ch).Bus(iter(out.get, None), timeout=30)
+        call = rpc.BackendStub(ch).Bus(iter(out.get, None), timeout=30, metadata=metadata)
         for batch in call:
             replies += batch.replies
             if {r.seq for r in replies if r.WhichOneof("body") in ("error", "committed")
@@ -144,7 +148,8 @@ def test_a_unit_sent_again_on_its_bus_is_refused_and_runs_once(cluster_factory) 
     r = census(cluster_factory)
     address = r.cluster.backends[0].address or ""
     with internal_channel(r.cluster, address) as ch:
-        directory = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10).directory
+        directory = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10,
+                                            metadata=as_controller(r.cluster, address)).directory
     cid = next(c.id for c in directory.clusters if c.file == "CENSUS")
     record = pb.PlacedRecord(cluster_id=cid, values=[
         to_pb(v, pb.Value()) for v in ("again", 1, None, "CA")])    # CITY, POP, AREA, STATE
@@ -194,7 +199,8 @@ def test_a_backend_refuses_comparisons_it_cannot_make_and_holds_no_lock_for_them
         hello = pb.BusBatch(messages=[pb.BusMessage(hello=pb.BusHello(
             epoch="forged", backend_index=2, peers=[address]))])
         after = pb.BusBatch(messages=[pb.BusMessage(traffic_unit=good)])
-        assert list(rpc.BackendStub(ch).Bus(iter([hello, after]), timeout=10)) == []
+        assert list(rpc.BackendStub(ch).Bus(iter([hello, after]), timeout=10, metadata=(
+            as_controller(r.cluster, address, "forged")))) == []
     assert r.cluster.controller is not None
     r.cluster.controller.stop()
     r.cluster.restart_controller()
@@ -255,9 +261,11 @@ def test_a_directory_update_that_does_not_fit_the_directory_is_refused(cluster_f
     before = contents(r)
     address = r.cluster.backends[0].address or ""
     with internal_channel(r.cluster, address) as ch:
-        directory = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10).directory
+        directory = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10,
+                                            metadata=as_controller(r.cluster, address)).directory
     [c] = directory.clusters[:1]
     ids = list(c.descriptor_ids)              # FILE, CITY, POP, STATE
+    metadata = as_controller(r.cluster, address)    # as the controller serving it
     bad = {
         "POP is integer, got str": [_descriptor(10_000, "POP", "A", low="x")],
         "descriptor 10000: kind 'C' on CENSUS.POP, which takes A or N":
@@ -282,13 +290,13 @@ def test_a_directory_update_that_does_not_fit_the_directory_is_refused(cluster_f
             update.descriptors.extend(entries)
         with internal_channel(r.cluster, address) as ch:
             with pytest.raises(grpc.RpcError) as err:
-                rpc.BackendStub(ch).ApplyDirectory(update, timeout=10)
+                rpc.BackendStub(ch).ApplyDirectory(update, timeout=10, metadata=metadata)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert message in (err.value.details() or "")
     assert contents(r) == before
     with internal_channel(r.cluster, address) as ch:
         assert rpc.BackendStub(ch).Directory(
-            pb.DirectoryRequest(), timeout=10).directory == directory
+            pb.DirectoryRequest(), timeout=10, metadata=metadata).directory == directory
     [res] = r.client.execute("RETRIEVE ((FILE = Census) and (POP >= 2)) (CITY)")
     assert sorted(x["CITY"] for x in res.records) == ["c2", "c3"]
 

@@ -17,7 +17,7 @@ from mbds.client import ClientError
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from tests.conftest import Running, backend_digests, internal_channel
+from tests.conftest import Running, as_controller, backend_digests, internal_channel
 
 DEF = """
 files:
@@ -53,8 +53,11 @@ def _recp(r: Running, i: int, query: str) -> tuple[list[tuple], list[str]]:
     the plan on backend i's SQLite file (read-only) with every statement it executes
     traced. Returns RECP's rows and the plan SQLite made for each traced statement.
     """
-    with internal_channel(r.cluster, r.cluster.backends[i].address or "") as ch:
-        reply = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10)
+    address = r.cluster.backends[i].address or ""
+    metadata = as_controller(r.cluster, address)
+    with internal_channel(r.cluster, address) as ch:
+        reply = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10,
+                                              metadata=metadata)
     directory = Directory()
     directory.apply(reply.directory)
     prepared, _ = Reqp(directory).prepare(query)

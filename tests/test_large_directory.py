@@ -14,7 +14,13 @@ from mbds.directory_parts import DIRECTORY_PART, DirectoryParts, directory_entri
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import MAX_MESSAGE, MESSAGE_BUDGET
-from tests.conftest import Running, backend_digests, internal_channel, start_cluster
+from tests.conftest import (
+    Running,
+    as_controller,
+    backend_digests,
+    internal_channel,
+    start_cluster,
+)
 
 BIG = "files:\n  BIG: {attributes: {ID: integer, NAME: string}, directory: {NAME: {type: C}}}\n"
 VALUE = 1_000_000          # characters of each record's type-C value: a descriptor each
@@ -37,10 +43,12 @@ def read_parts(r: Running, i: int) -> list[pb.DirectoryReply]:
     """Backend i's directory as the controller reads it: part by part."""
     parts: list[pb.DirectoryReply] = []
     start = pb.DirectoryPosition()
-    with internal_channel(r.cluster, r.cluster.backends[i].address or "") as ch:
+    address = r.cluster.backends[i].address or ""
+    metadata = as_controller(r.cluster, address)
+    with internal_channel(r.cluster, address) as ch:
         while True:
             parts.append(rpc.BackendStub(ch).Directory(pb.DirectoryRequest(start=start),
-                                                       timeout=30))
+                                                       timeout=30, metadata=metadata))
             if not parts[-1].HasField("next"):
                 return parts
             start = parts[-1].next

@@ -36,7 +36,7 @@ async def _node(tmp_path: Path, backends: int, early: tuple[pb.DescriptorIds, ..
     await node.apply_directory(directory.to_update())
     for msg in early:
         node.on_peer_ids(msg)
-    bus = BusOut()
+    bus = BusOut("e")
     node.on_hello(pb.BusHello(epoch="e", backend_index=0, peers=[
         f"127.0.0.1:{1 + i}" for i in range(backends)]), bus)
     owners: list[Hashable] = []       # whose lock set CC was asked for, in order

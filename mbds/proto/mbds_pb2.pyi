@@ -565,16 +565,20 @@ class HelloRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("name", "directory_digest", "metrics_port", "in_doubt")
+    __slots__ = ("name", "directory_digest", "metrics_port", "in_doubt", "cluster", "bus_epoch")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     IN_DOUBT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BUS_EPOCH_FIELD_NUMBER: _ClassVar[int]
     name: str
     directory_digest: str
     metrics_port: int
     in_doubt: _containers.RepeatedCompositeFieldContainer[UnitId]
-    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ..., in_doubt: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ...) -> None: ...
+    cluster: str
+    bus_epoch: str
+    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ..., in_doubt: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ..., cluster: _Optional[str] = ..., bus_epoch: _Optional[str] = ...) -> None: ...
 
 class UnitId(_message.Message):
     __slots__ = ("epoch", "seq")
