@@ -25,6 +25,14 @@ log = logging.getLogger("mbds.backend")
 
 T = TypeVar("T")
 RETRY_SECONDS = 1.0      # between attempts at carrying out a decision that failed
+# How long a Resolve waits for a unit prepared since start to carry its decision out
+# (retrying while the disk is full): the controller asks again, not waits its deadline.
+RESOLVE_WAIT = 5.0
+
+
+class ResolveFailed(Exception):
+    """A decision on an in-doubt unit could not be carried out (e.g. a full disk): it
+    stays in doubt, and the controller's Resolve is told why."""
 
 
 async def settle(fut: Future[T]) -> T:
@@ -53,7 +61,9 @@ class PreparedUnits:
         return [*self.on_disk, *self.waiting]
 
     async def resolve(self, outcomes: list[pb.Outcome]) -> None:
-        """The controller's decisions on in-doubt units: each carried out, durably."""
+        """The controller's decisions on in-doubt units: each carried out, durably. One
+        that cannot be (a full disk) stays in doubt, and `ResolveFailed` says why; one
+        prepared since start that is still retrying after `RESOLVE_WAIT` stays listed."""
         for o in outcomes:
             key = (o.unit.epoch, o.unit.seq)
             st = self.waiting.get(key)
@@ -61,15 +71,20 @@ class PreparedUnits:
                 if st.decision is not None and not st.decision.done():
                     st.decision.set_result(o.commit)
                 if st.task is not None:
-                    await asyncio.wait([st.task])
+                    await asyncio.wait([st.task], timeout=RESOLVE_WAIT)
             elif key in self.on_disk:
-                await self.carry_out(self.on_disk[key], o.commit)
+                try:
+                    await self.carry_out(self.on_disk[key], o.commit, retry=False)
+                except Exception as e:
+                    raise ResolveFailed(
+                        f"{'commit' if o.commit else 'roll-back'} of in-doubt unit "
+                        f"(epoch {key[0]}, seq {key[1]}) failed: {e}") from None
                 del self.on_disk[key]
 
-    async def carry_out(self, unit: int, commit: bool) -> None:
+    async def carry_out(self, unit: int, commit: bool, *, retry: bool = True) -> None:
         """Forget a prepared unit (commit) or undo it (abort), retrying what fails (a
-        full disk): the unit keeps its locks until it is done. A definition undone is
-        taken back from the directory too."""
+        full disk) unless told not to: the unit keeps its locks until it is done. A
+        definition undone is taken back from the directory too."""
         while True:
             try:
                 if commit:
@@ -81,6 +96,9 @@ class PreparedUnits:
                         self.directory.restore_files(before)
                 return
             except Exception as e:
-                log.error("%s of prepared unit %d failed, retrying: %s",
-                          "commit" if commit else "roll-back", unit, e)
+                log.error("%s of prepared unit %d failed%s: %s",
+                          "commit" if commit else "roll-back", unit,
+                          ", retrying" if retry else "", e)
+                if not retry:
+                    raise
                 await asyncio.sleep(RETRY_SECONDS)

@@ -11,6 +11,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from backend.check import BadMessage
+from backend.commit import ResolveFailed
 from backend.links import IigClient, PeerLinks
 from backend.node import BackendNode
 from backend.owner import Owner
@@ -65,7 +66,11 @@ class BackendServicer(rpc.BackendServicer):
     async def Resolve(self, request: pb.Outcomes,
                       context: grpc.aio.ServicerContext) -> pb.HelloReply:
         await self._admit(context, writes=True)
-        await self.node.prepared.resolve(list(request.outcomes))
+        try:
+            await self.node.prepared.resolve(list(request.outcomes))
+        except ResolveFailed as e:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"backend {self.node.name}: {e}"[:1000])
         return await self.Hello(pb.HelloRequest(), context)
 
     async def Directory(self, request: pb.DirectoryRequest,

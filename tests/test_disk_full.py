@@ -194,3 +194,42 @@ def test_a_full_disk_refuses_writes_until_there_is_room_again(small_b0: Running)
     # Nothing stays prepared anywhere: b0 retried what it had no room for.
     wait_for(lambda: all(not p and not u for _, p, u in on_disk(r).values()), 10,
              "empty prepared and undo tables on both backends")
+
+
+def test_a_decision_a_full_disk_cannot_carry_out_is_named_and_kept_until_there_is_room(
+        small_b0: Running) -> None:
+    """b0 crashes once PP's commit has come (its part prepared, the decision in the
+    controller's log) and comes back on a full disk, where the commit cannot be written:
+    requests are refused naming the full disk and the unit (not held to their deadline
+    while the backend retries), the unit stays in doubt there, and once there is room it
+    commits on b0 like everywhere else."""
+    r = small_b0
+    r.client.define(PHOTO_YAML)
+    r.cluster.backends[0].kill()
+    r.cluster.restart_backend(0, env={"MBDS_FAULTS": "backend.before_commit=crash"})
+    read = "RETRIEVE (FILE = Photo) (NAME)"
+    retry(r.client, read, timeout=30)                # b0 has rejoined
+    r.client.execute(unit_text(0))                   # its decision is on disk: acknowledged
+    r.cluster.backends[0].popen.wait(30)             # b0 crashed before committing its part
+    assert on_disk(r)["b0"][1], "b0 kept no prepared unit"
+    mnt = r.cluster.data_dir / "b0"
+    fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)   # every block of b0's tmpfs
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        r.cluster.restart_backend(0)
+        with pytest.raises(ClientError) as err:
+            r.client.execute(read)
+        assert FULL in str(err.value) and "commit of in-doubt unit" in str(err.value), \
+            f"{err.value.code}: {err.value}"
+        assert on_disk(r)["b0"][1], "the unit left b0's prepared table with no room"
+    finally:
+        (mnt / "filler").unlink()
+    [res] = retry(r.client, read, timeout=30)
+    assert sorted(x["NAME"] for x in res.records) == ["u0-0", "u0-1"]
+    assert all(not p and not u for _, p, u in on_disk(r).values()), on_disk(r)
