@@ -77,8 +77,9 @@ def status(controller: str) -> None:
             s = c.status()
     except ClientError as e:
         fail(e)
-    click.echo(f"backends {len(s.backends)} (expected {s.expected_backends}); files "
-               f"{', '.join(s.files) or '-'}; directory {s.directory_digest}")
+    click.echo(f"cluster {s.cluster}; backends {len(s.backends)} (expected "
+               f"{s.expected_backends}); files {', '.join(s.files) or '-'}; directory "
+               f"{s.directory_digest}")
     for b in s.backends:
         click.echo(f"  {b.name:8} {b.address:24} {'up' if b.reachable else 'DOWN ' + b.error}"
                    + (f"  {b.metrics_url}" if b.metrics_url else ""))

@@ -276,7 +276,8 @@ class Coordinator:
         self._serving()
         out = pb.StatusReply(expected_backends=len(self.links), files=sorted(
             self.directory.files), directory_digest=self.directory.digest(),
-            metrics_url=self.metrics_url, internal_timing=self.internal_timing)
+            metrics_url=self.metrics_url, internal_timing=self.internal_timing,
+            cluster=self.membership.members.cluster)
         for link in self.links:
             out.backends.add(name=link.name, address=link.address, reachable=link.up,
                              error=link.error, metrics_url=link.metrics_url)

@@ -235,7 +235,7 @@ class BackendStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., records: _Optional[int] = ..., metrics_url: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("expected_backends", "backends", "files", "directory_digest", "metrics_url", "internal_timing", "file_defs", "descriptors", "descriptor_counts", "shortened", "file_defs_left_out")
+    __slots__ = ("expected_backends", "backends", "files", "directory_digest", "metrics_url", "internal_timing", "file_defs", "descriptors", "descriptor_counts", "shortened", "file_defs_left_out", "cluster")
     class DescriptorCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +261,7 @@ class StatusReply(_message.Message):
     DESCRIPTOR_COUNTS_FIELD_NUMBER: _ClassVar[int]
     SHORTENED_FIELD_NUMBER: _ClassVar[int]
     FILE_DEFS_LEFT_OUT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
     expected_backends: int
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
     files: _containers.RepeatedScalarFieldContainer[str]
@@ -272,7 +273,8 @@ class StatusReply(_message.Message):
     descriptor_counts: _containers.ScalarMap[str, int]
     shortened: _containers.MessageMap[int, ShortenedValues]
     file_defs_left_out: int
-    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ..., file_defs: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., descriptor_counts: _Optional[_Mapping[str, int]] = ..., shortened: _Optional[_Mapping[int, ShortenedValues]] = ..., file_defs_left_out: _Optional[int] = ...) -> None: ...
+    cluster: str
+    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ..., file_defs: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., descriptor_counts: _Optional[_Mapping[str, int]] = ..., shortened: _Optional[_Mapping[int, ShortenedValues]] = ..., file_defs_left_out: _Optional[int] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class ShortenedValues(_message.Message):
     __slots__ = ("low", "high", "value")
