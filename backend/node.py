@@ -1,7 +1,7 @@
 """One backend's message flow (SPEC §4): the bus, DM's two stages, CC, and execution.
 
-Stage 1 (in bus order, never waits): apply the traffic unit's directory update,
-lock the type-C attributes it reads, search this backend's share of
+Stage 1 (in bus order, never waits): apply the traffic unit's directory update
+(`directory_updates.py`), lock the type-C attributes it reads, search this backend's share of
 descriptors, release, and broadcast the ids to the peers (`exchange.py`).
 Stage 2 (in bus order): wait for the peers' ids, run cluster search under
 did-group locks, generate addresses, and queue the whole CC lock set. Queuing
@@ -17,16 +17,16 @@ last reply and releases its locks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from backend import check, dm
-from backend.cc import LockTable, S, X
+from backend.cc import LockTable, S
 from backend.commit import PreparedUnits
-from backend.definitions import Definitions, defines
+from backend.definitions import Definitions
+from backend.directory_updates import DirectoryUpdates
 from backend.exchange import IdExchange, wake
 from backend.execution import Execution
 from backend.links import IigClient, PeerLinks
@@ -38,22 +38,12 @@ from backend.store import Store
 from backend.twophase import TwoPhaseWrites
 from backend.writer import Writer
 from mbds import faults, metrics
-from mbds.directory import Directory, changes
+from mbds.directory import Directory
 from mbds.errors import shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.backend")
-
-def _log_failure(fut: Future[None]) -> None:
-    if fut.exception() is not None:
-        log.error("storing a directory update failed: %s", fut.exception())
-
-
-async def _ended(fut: asyncio.Future[None]) -> None:
-    """Wait for `fut` whatever its outcome."""
-    with contextlib.suppress(Exception):
-        await fut
 
 
 class BackendNode:
@@ -70,7 +60,6 @@ class BackendNode:
         self.last_seq = 0           # of the bus's epoch: units come in increasing seq
         self.writer = Writer(store, name)
         self.prepared = PreparedUnits(self.writer, self.directory)
-        self.storing: Future[None] | None = None    # the latest directory update's storing
         # Reads of traffic units run on the event loop; this thread only counts records
         # per cluster for the controller's Directory call (placement state).
         self.counting = ThreadPoolExecutor(1, thread_name_prefix="cluster-counts")
@@ -81,6 +70,8 @@ class BackendNode:
         self.exchange = IdExchange(peers, result_timeout, self.plans)
         self.iig = iig
         self.definitions = Definitions(store, self.writer, self.directory, self.prepared)
+        self.directory_updates = DirectoryUpdates(self.directory, self.definitions, self.cc,
+                                                  self._acquire)
         self.result_timeout = result_timeout
         self.loop = asyncio.get_running_loop()
         self._h = handler_timer(name)
@@ -124,23 +115,8 @@ class BackendNode:
 
     # ------------------------------------------------------------ directory --
     async def apply_directory(self, update: pb.DirectoryUpdate) -> Future[None] | None:
-        """Apply a directory update (from IIG, by bus or out of band) and queue its storing.
-
-        Storing is not awaited: the writer thread may be busy with a traffic unit that
-        is itself waiting on IIG. The single writer thread runs jobs in order, so these
-        rows are stored before any later traffic unit's records that refer to them; a
-        backend that crashes before storing them is brought up to date by the
-        controller when it rejoins. Returns the storing job, if any, for a traffic unit
-        that must not finish before it (see `TuState.stored`).
-        """
-        check.directory_update(self.directory, update)
-        new = self.directory.apply(update)
-        if changes(new):
-            fut = self.definitions.store_rows(update, new)
-            fut.add_done_callback(_log_failure)
-            self.storing = fut
-            return fut
-        return None
+        """Apply a directory update and queue its storing (`directory_updates.py`)."""
+        return await self.directory_updates.apply(update)
 
     # ------------------------------------------------------------- stage 1 --
     def on_hello(self, hello: pb.BusHello, bus: BusOut) -> None:
@@ -173,27 +149,14 @@ class BackendNode:
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
             try:
-                own, carried = None, changes(tu.directory)    # most units carry none
-                if carried:
-                    check.directory_update(self.directory, tu.directory)
-                if defines(tu):
-                    self.definitions.begin(key, st, tu)
-                if carried:
-                    own = await self._apply_with_locks(tu.directory)
+                carried, own = await self.directory_updates.carried(key, st, tu)
                 st.shape = self.plans.checked(tu, carried)
             except check.BadMessage as e:
                 if key in self.definitions:
                     await self.definitions.take_back(key)
                 await self._finish(st, error=f"backend {self.name}: refused: {e}")
                 return
-            # Reads wait for every directory update stored so far, the unit's own or one
-            # that came out of band (a joining backend's tables, say): writer jobs run in
-            # order, so the latest one's end covers them all. Another unit's failure to
-            # store is that unit's (a definition taken back), not this one's.
-            if self.storing is not None and not self.storing.done():
-                st.stored = asyncio.wrap_future(self.storing)
-                if self.storing is not own:
-                    st.stored = asyncio.ensure_future(_ended(st.stored))
+            st.stored = self.directory_updates.awaited(own)   # what its reads wait for
             shape = st.shape
         with self._h("cc.attribute_lock"):
             handle = await self._acquire("attribute", key,
@@ -217,21 +180,6 @@ class BackendNode:
             await self._run_stage2(key, st)
         else:
             self.stage2.put((key, st))
-
-    async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> Future[None] | None:
-        # New type-C sub-descriptors take their attribute exclusively; new clusters their
-        # descriptor-id groups (SPEC §4). Stage 1 runs in bus order, so this never waits.
-        wants: dict[Hashable, str] = {("attr", d.file, d.attr): X
-                                   for d in update.descriptors if d.kind == "C"}
-        for c in update.clusters:
-            for attr in self.directory.files[c.file].directory_attributes \
-                    if c.file in self.directory.files else []:
-                wants[("didgroup", c.file, attr)] = X
-        handle = await self._acquire("directory", "directory", wants)
-        try:
-            return await self.apply_directory(update)
-        finally:
-            self.cc.release(handle)
 
     def on_peer_ids(self, msg: pb.DescriptorIds) -> None:
         with self._h("dm.descriptor_ids"):
