@@ -19,12 +19,20 @@ MESSAGE_BUDGET = MAX_MESSAGE - (1 << 20)
 # Every server's options. gRPC sets SO_REUSEPORT by default, which lets a second process
 # on a port in use share it silently (clients split between two controllers); off, the
 # second one fails to bind (`listen_on`).
-# Keepalive pings on every open call find a peer that vanished without closing its
-# connection (a host gone, a partition) within `keepalive_time + keepalive_timeout`: a
-# backend then drops the bus of a controller that is no more, and may serve the next.
+# Pings on every open call, both ways, find a peer that stopped answering without
+# closing its connection (a host gone, a partition, a frozen process): one unanswered
+# for 10 s (gRPC's own ping timeout is 60 s) breaks the connection, so the controller
+# takes a backend's bus for broken and refuses work naming it, instead of every unit
+# waiting for its deadline, and a backend drops the bus of a controller that is no more,
+# and may serve the next. Pings are answered by gRPC's core, not by the service's loop.
+KEEPALIVE = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 10_000),
+             ("grpc.http2.ping_timeout_ms", 10_000),
+             ("grpc.http2.max_pings_without_data", 0)]
 SERVER_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.so_reuseport", 0),
-                  ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-                  ("grpc.http2.max_pings_without_data", 0)]
+                  *KEEPALIVE,
+                  # A client's pings on an idle call are welcome every 5 s, not refused as
+                  # too many (gRPC's default allows one in 5 minutes).
+                  ("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
 # The gRPC metadata a controller sends with every call to a backend but Hello: the
 # cluster it serves and its epoch (`backend/owner.py` checks both).
 CLUSTER_KEY, EPOCH_KEY = "mbds-cluster", "mbds-epoch"

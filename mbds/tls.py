@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from mbds.service import KEEPALIVE
+
 ROLES = ("controller", "backend")
 CA = "ca"
 # The name each role's certificate carries and a channel to that role checks.
@@ -164,8 +166,9 @@ def use(identity: Identity | None) -> None:
 def channel(address: str, to_role: str,
             options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
     """An internal channel to a process of `to_role`: mutual TLS when this process has an
-    identity, plaintext otherwise (a cluster run with --insecure)."""
-    opts = list(options)
+    identity, plaintext otherwise (a cluster run with --insecure). Keepalive pings find a
+    peer that stopped answering (`mbds.service.KEEPALIVE`)."""
+    opts = [*KEEPALIVE, *options]
     if _identity is None:
         return grpc.aio.insecure_channel(address, options=opts)
     creds, extra = _identity.channel(to_role)
