@@ -3,6 +3,7 @@
 Enter runs the request once its brackets and quotes are balanced; until then it
 starts a new line, so a long RETRIEVE or a transaction can be typed over
 several lines. Ctrl-C while a request runs cancels it and the prompt comes back.
+Input that is not a terminal is read as a script: each request runs once balanced.
 Backslash commands answer the first questions as psql's do
 (`help`, `\\d`, `\\d FILE`), from the controller's Status.
 """
@@ -10,6 +11,8 @@ Backslash commands answer the first questions as psql's do
 from __future__ import annotations
 
 import signal
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
@@ -42,6 +45,9 @@ def shell(controller: str) -> None:
 
 
 def run_shell(address: str) -> None:
+    if not sys.stdin.isatty():
+        run_script(address, sys.stdin)
+        return
     history = Path.home() / ".mbds" / "history"
     history.parent.mkdir(parents=True, exist_ok=True)
     kb = KeyBindings()
@@ -68,17 +74,46 @@ def run_shell(address: str) -> None:
                 continue
             if text in ("\\q", "quit", "exit"):
                 break
-            try:
-                text = utf8(text, "the line")
-                if text.lower() in HELP_WORDS:
-                    console.print(HELP, markup=False, highlight=False)
-                elif text.startswith("\\"):
-                    command(client, text)
-                else:
-                    for r in execute_cancellable(client, text):
-                        render_result(r)
-            except (NotUtf8, ClientError) as e:
-                console.print(f"error: {e}", style="red", markup=False, highlight=False)
+            answer(client, text)
+
+
+def run_script(address: str, lines: Iterable[str]) -> None:
+    """Input that is not a terminal (`mbds shell < requests.abdl`, a pipe): each request
+    run as soon as its brackets are balanced, as Enter would, with no prompt or line
+    editing; it ends at the end of the input or at \\q. Exits 1 if any request failed."""
+    failed, pending = False, ""
+    with Client(address) as client:
+        for line in lines:
+            pending = f"{pending}\n{line.rstrip()}" if pending else line.strip()
+            text = pending.strip()
+            if text in ("\\q", "quit", "exit"):
+                pending = ""
+                break
+            if text and (text.startswith("\\") or text.lower() in HELP_WORDS
+                         or _complete(text)):
+                failed |= not answer(client, text)
+                pending = ""
+        if pending.strip():
+            failed |= not answer(client, pending.strip())
+    if failed:
+        raise SystemExit(1)
+
+
+def answer(client: Client, text: str) -> bool:
+    """Run one line's request or command and show what it gives; False if it failed."""
+    try:
+        text = utf8(text, "the line")
+        if text.lower() in HELP_WORDS:
+            console.print(HELP, markup=False, highlight=False)
+        elif text.startswith("\\"):
+            command(client, text)
+        else:
+            for r in execute_cancellable(client, text):
+                render_result(r)
+    except (NotUtf8, ClientError) as e:
+        console.print(f"error: {e}", style="red", markup=False, highlight=False)
+        return False
+    return True
 
 
 class History(FileHistory):
