@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,9 +79,15 @@ def internal_channel(cluster: LocalCluster, address: str, as_role: str = "contro
 def as_controller(cluster: LocalCluster, address: str, epoch: str = ""
                   ) -> tuple[tuple[str, str], ...]:
     """The metadata of a call to a backend as its cluster's controller names it: the
-    backend's cluster, and `epoch` or else that of the bus the backend serves now."""
+    backend's cluster, and `epoch` or else that of the bus the backend serves now. A
+    backend just joined takes its cluster's id when its bus opens: that is waited for."""
+    deadline = time.monotonic() + 10
     with internal_channel(cluster, address) as ch:
-        hello = rpc.BackendStub(ch).Hello(pb.HelloRequest(), timeout=10)
+        while True:
+            hello = rpc.BackendStub(ch).Hello(pb.HelloRequest(), timeout=10)
+            if hello.cluster or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     return ((CLUSTER_KEY, hello.cluster), (EPOCH_KEY, epoch or hello.bus_epoch))
 
 
