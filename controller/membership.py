@@ -22,7 +22,7 @@ from controller.bus import BackendLink, Bus
 from controller.decisions import Decisions
 from controller.iig import Iig
 from controller.members import Members
-from mbds import metrics
+from mbds import faults, metrics
 from mbds.directory import Directory
 from mbds.directory_parts import directory_entries, directory_parts
 from mbds.entries import EntryCheck, EntryError
@@ -85,6 +85,7 @@ class Membership:
             self._one_controller(link, reply)
         self.members.keep()             # the cluster's id, before any backend is told it
         await self._join(self.links, every=True)
+        await self._buses_taken()
         self.decisions.met_every_backend()
 
     async def _join(self, links: list[BackendLink], every: bool = False) -> None:
@@ -124,6 +125,7 @@ class Membership:
             self.iig.count_backend(name, (c for part in parts for c in part.counts))
         self.iig.resync()
         self.bus.arrange(sorted({*self.links, *links}, key=lambda x: natural_key(x.name)))
+        faults.hit("controller.before_bus_open")
         for link in self.links:
             digest = next((parts[0].directory_digest for parts in reads
                            if parts[0].name == link.name), None)
@@ -221,6 +223,24 @@ class Membership:
         self.members.check(f"{link.name} ({link.address})", reply.cluster)
         self._one_controller(link, reply)
         link.metadata = ((CLUSTER_KEY, self.members.cluster), (EPOCH_KEY, self.bus.epoch))
+
+    async def _buses_taken(self) -> None:
+        """Wait until every backend serves this controller's bus. Two controllers started
+        at once can both pass the hello, before either has a bus open; a backend takes
+        one bus only, and the controller it refused must not start as if it served."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        for link in self.links:
+            while True:
+                reply = await link.hello(self.connect_timeout)
+                self._one_controller(link, reply)
+                if reply.bus_epoch == self.bus.epoch:
+                    break
+                if not link.up:          # refused: the bus's error says why
+                    raise link.unavailable()
+                if loop.time() > deadline:
+                    raise link.unavailable("its bus did not open")
+                await asyncio.sleep(0.01)
 
     def _one_controller(self, link: BackendLink, reply: pb.HelloReply) -> None:
         """Refuse a backend that serves another controller's bus."""

@@ -25,6 +25,7 @@ POINTS = (
     "controller.before_decision",   # every vote is in; the decision is not yet written
     "controller.after_decision",    # the decision is on disk; no Commit sent yet
     "controller.mid_commit",        # Commit sent to the first prepared backend only
+    "controller.before_bus_open",   # every backend met and up to date; no bus opened yet
 )
 ACTIONS = ("crash", "error", "stall")
 STALL_S = 3.0

@@ -16,6 +16,8 @@ import grpc
 import pytest
 
 from controller.members import Members
+from mbds.client import Client
+from mbds.cluster import Proc, ProcessFailed
 from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -183,3 +185,36 @@ def test_members_keep_the_cluster_id_and_read_the_names_kept_before_it(tmp_path:
     (tmp_path / "members.json").write_text('{"cluster": 5, "backends": []}')
     with pytest.raises(BackendUnavailable, match="not a cluster id and a list of backend"):
         Members(tmp_path)
+
+
+def test_of_two_controllers_started_at_once_the_one_whose_bus_is_refused_does_not_start(
+        tmp_path: Path) -> None:
+    """Both pass the hello (no bus is open yet); the first is held after it, before it
+    opens its buses (`controller.before_bus_open`), while the second opens its own. The
+    backends refuse the first's buses, and it exits 1 naming why instead of serving with
+    every backend down; the second serves."""
+    r = _cluster(tmp_path / "a", 2, ["Alpha"])
+    try:
+        assert r.cluster.controller is not None and r.cluster.tls_dir is not None
+        r.cluster.controller.stop()
+        shutil.copytree(tmp_path / "a" / "controller", tmp_path / "copy")
+        args = ["controller", "--listen", "127.0.0.1:0", "--backends",
+                ",".join(p.address or "" for p in r.cluster.backends),
+                "--tls-dir", str(r.cluster.tls_dir), "--client-plaintext", "--data-dir"]
+        held = Proc("held controller", [*args, str(tmp_path / "a" / "controller")],
+                    {"MBDS_FAULTS": "controller.before_bus_open=stall"})
+        second = Proc("second controller", [*args, str(tmp_path / "copy")])
+        try:
+            address = second.wait_ready(60)
+            with pytest.raises(ProcessFailed) as err:
+                held.wait_ready(60)
+            assert "exited with code 1" in str(err.value), str(err.value)
+            assert "serves the bus of another controller" in str(err.value), str(err.value)
+            with Client(address) as c:
+                [res] = c.execute(COUNT)
+            assert sorted((x["CITY"], x["POP"]) for x in res.records) == [("Alpha", 0)]
+        finally:
+            held.stop()
+            second.stop()
+    finally:
+        r.close()
