@@ -31,7 +31,7 @@ class IdExchange:
     def configure(self, config: BusConfig) -> None:
         """The bus's configuration (this backend's index, every peer's address)."""
         self.config = config
-        self.peers.configure(config.peers, config.index)
+        self.peers.configure(config.peers, config.index, config.cluster)
 
     def split(self, tu: pb.TrafficUnit) -> bool:
         """Is this unit's descriptor search split over the backends (ids exchanged)?"""

@@ -20,15 +20,16 @@ from mbds import tls
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MESSAGE_BUDGET, too_large
+from mbds.service import CLUSTER_KEY, MESSAGE_BUDGET, too_large
 from mbds.values import Value, to_pb
 
 log = logging.getLogger("mbds.peers")
 
 
 class _PeerLink:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, cluster: str) -> None:
         self.address = address
+        self.metadata = ((CLUSTER_KEY, cluster),) if cluster else ()   # the peer checks it
         self.channel = tls.channel(address, "backend")
         # The ids go down serialized already: a broadcast serializes a unit's ids once for
         # every peer (`PeerLinks.broadcast`).
@@ -55,7 +56,8 @@ class _PeerLink:
         while True:
             try:
                 # The first stream takes what was broadcast before this task started.
-                await self._open(self._messages(self.queue), wait_for_ready=True)
+                await self._open(self._messages(self.queue), wait_for_ready=True,
+                                 metadata=self.metadata)
             except grpc.aio.AioRpcError as e:
                 log.info("peer stream to %s broke: %s", self.address, e.code())
             else:
@@ -79,11 +81,11 @@ class PeerLinks:
         self.links: dict[str, _PeerLink] = {}
         self.targets: list[str] = []
 
-    def configure(self, peers: list[str], my_index: int) -> None:
+    def configure(self, peers: list[str], my_index: int, cluster: str = "") -> None:
         self.targets = [a for i, a in enumerate(peers) if i != my_index]
         for a in self.targets:
             if a not in self.links:
-                self.links[a] = _PeerLink(a)
+                self.links[a] = _PeerLink(a, cluster)
 
     def broadcast(self, msg: pb.DescriptorIds) -> None:
         """Queue `msg` for every peer; raises ValueError, sending nothing, if no message
@@ -107,11 +109,13 @@ class IigClient:
     def __init__(self, backend: str) -> None:
         self.backend = backend
         self.address = ""           # from the bus hello
+        self.metadata: tuple[tuple[str, str], ...] = ()    # this backend's cluster
         self._channel: grpc.aio.Channel | None = None
         self._channel_address = ""
 
-    def configure(self, address: str) -> None:
+    def configure(self, address: str, cluster: str = "") -> None:
         self.address = address
+        self.metadata = ((CLUSTER_KEY, cluster),) if cluster else ()
 
     async def place(self, file: str, values: list[Value]) -> pb.PlaceReply:
         if not self.address:
@@ -122,7 +126,7 @@ class IigClient:
         stub = rpc.IigStub(self._channel)
         return await stub.Place(pb.PlaceRequest(
             file=file, directory_values=[to_pb(v) for v in values], backend=self.backend),
-            timeout=30)
+            timeout=30, metadata=self.metadata)
 
     async def close(self) -> None:
         if self._channel is not None:

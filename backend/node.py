@@ -130,11 +130,11 @@ class BackendNode:
         if hello.epoch != self.config.epoch:
             self.last_seq = 0
         self.config = BusConfig(hello.epoch, hello.backend_index, list(hello.peers),
-                                hello.iig_address)
+                                hello.iig_address, bus.cluster)
         bus.window = hello.credit_window or bus.window
         metrics.set_internal_timing(hello.internal_timing)
         self.exchange.configure(self.config)
-        self.iig.configure(hello.iig_address)
+        self.iig.configure(hello.iig_address, bus.cluster)
 
     async def on_traffic_unit(self, tu: pb.TrafficUnit, bus: BusOut) -> None:
         if tu.seq <= self.last_seq:   # sent again: it must not run twice, nor take over

@@ -22,16 +22,7 @@ from backend.state import BusOut
 from backend.store import Store
 from backend.writer import Writer
 from mbds.errors import shorten
-from mbds.service import CLUSTER_KEY, EPOCH_KEY
-
-
-def caller(metadata: Iterable[tuple[str, str | bytes]] | None) -> tuple[str, str]:
-    """The (cluster, epoch) a call names in its metadata ("" for one it does not name)."""
-    found = {CLUSTER_KEY: "", EPOCH_KEY: ""}
-    for key, value in metadata or ():
-        if key in found and isinstance(value, str):
-            found[key] = value
-    return found[CLUSTER_KEY], found[EPOCH_KEY]
+from mbds.service import caller, foreign
 
 
 class Owner:
@@ -52,11 +43,10 @@ class Owner:
         """Why a call with `metadata` is refused here ("" if it is not): it names another
         cluster than this backend's, or, if it `writes`, comes from a controller other
         than the one whose bus is open."""
-        cluster, epoch = caller(metadata)
-        if self.cluster and cluster != self.cluster:
-            named = f"cluster {shorten(cluster, 40)}" if cluster else "no cluster"
-            return (f"backend {self.name} belongs to cluster {self.cluster}; the call names "
-                    f"{named}: a backend's records are its own cluster's, and it joins no other")
+        epoch = caller(metadata)[1]
+        refused = foreign(self.cluster, metadata, f"backend {self.name}")
+        if refused:
+            return refused
         if writes and self.buses and epoch != self.epoch:
             first, peer, since = next(iter(self.buses.values()))
             return (f"backend {self.name} serves the bus of another controller (epoch "

@@ -22,7 +22,14 @@ from mbds.directory_parts import DirectoryParts, TooLarge
 from mbds.doors import RoleDoor
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MESSAGE_BUDGET, SERVER_OPTIONS, listen_on, too_large, until_stopped
+from mbds.service import (
+    MESSAGE_BUDGET,
+    SERVER_OPTIONS,
+    foreign,
+    listen_on,
+    too_large,
+    until_stopped,
+)
 
 log = logging.getLogger("mbds.backend")
 
@@ -139,6 +146,7 @@ class BackendServicer(rpc.BackendServicer):
             self.owner.closed(bus)
             await context.abort(grpc.StatusCode.UNAVAILABLE, (
                 f"backend {self.node.name} cannot keep its cluster's id: {e}")[:1000])
+        bus.cluster = self.owner.cluster
         reader = asyncio.create_task(self._read_bus(request_iterator, bus))
         sent = metrics.BUS_MESSAGES.labels("to_controller", self.node.name)
         items = metrics.BUS_ITEMS.labels("to_controller", self.node.name)
@@ -224,14 +232,19 @@ class BackendServicer(rpc.BackendServicer):
 
 
 class PeerServicer(rpc.PeerServicer):
-    def __init__(self, node: BackendNode) -> None:
+    def __init__(self, node: BackendNode, owner: Owner) -> None:
         self.node = node
+        self.owner = owner          # a peer of another cluster is refused
         # Set at shutdown: a peer's id stream never ends on its own, and the server's
         # grace period would wait for it.
         self.stopping = asyncio.Event()
 
     async def DescriptorIdsStream(self, request_iterator: AsyncIterator[pb.DescriptorIdsBatch],
                                   context: grpc.aio.ServicerContext) -> pb.PeerAck:
+        refused = foreign(self.owner.cluster, context.invocation_metadata(),
+                          f"backend {self.node.name}")
+        if refused:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
         reading = asyncio.ensure_future(self._read_ids(request_iterator))
         stopping = asyncio.ensure_future(self.stopping.wait())
         try:
@@ -269,7 +282,8 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     node.metrics_port = metrics_port
     doors = [RoleDoor({"mbds.Backend": "controller", "mbds.Peer": "backend"})] if identity else []
     server = grpc.aio.server(interceptors=doors, options=SERVER_OPTIONS)
-    backend_servicer, peer_servicer = BackendServicer(node), PeerServicer(node)
+    backend_servicer = BackendServicer(node)
+    peer_servicer = PeerServicer(node, backend_servicer.owner)
     rpc.add_BackendServicer_to_server(backend_servicer, server)
     rpc.add_PeerServicer_to_server(peer_servicer, server)
     health_servicer = health.aio.HealthServicer()

@@ -47,6 +47,7 @@ class BusOut:
         self.queue: Mailbox[pb.BackendReply | None] = Mailbox()   # None ends the stream
         self.window = 8
         self.epoch = epoch       # of the controller that opened it (`backend/owner.py`)
+        self.cluster = ""        # this backend's, once the bus is taken
 
     def send(self, msg: pb.BackendReply) -> None:
         self.queue.put(msg)
@@ -59,6 +60,7 @@ class BusConfig:
     index: int = 0                  # this backend's place among the peers
     peers: list[str] = field(default_factory=list)
     iig_address: str = ""
+    cluster: str = ""               # named in the calls to the peers and to IIG
 
 
 @dataclass(eq=False)

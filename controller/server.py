@@ -17,7 +17,7 @@ from mbds.doors import RoleDoor, TokenDoor
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import SERVER_OPTIONS, listen_on, until_stopped
+from mbds.service import SERVER_OPTIONS, foreign, listen_on, until_stopped
 from mbds.values import from_pb
 
 log = logging.getLogger("mbds.controller")
@@ -71,6 +71,10 @@ class IigServicer(rpc.IigServicer):
         self.c = coordinator
 
     async def Place(self, request: pb.PlaceRequest, context) -> pb.PlaceReply:
+        refused = foreign(self.c.membership.members.cluster, context.invocation_metadata(),
+                          "this controller")
+        if refused:                 # a backend of another cluster (its CA the same)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
         try:
             return await self.c.place(request.file,
                                       [from_pb(v) for v in request.directory_values],

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Iterable
 
 import grpc
 
@@ -36,6 +37,26 @@ SERVER_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.so_re
 # The gRPC metadata a controller sends with every call to a backend but Hello: the
 # cluster it serves and its epoch (`backend/owner.py` checks both).
 CLUSTER_KEY, EPOCH_KEY = "mbds-cluster", "mbds-epoch"
+
+
+def caller(metadata: Iterable[tuple[str, str | bytes]] | None) -> tuple[str, str]:
+    """The (cluster, epoch) a call names in its metadata ("" for one it does not name)."""
+    found = {CLUSTER_KEY: "", EPOCH_KEY: ""}
+    for key, value in metadata or ():
+        if key in found and isinstance(value, str):
+            found[key] = value
+    return found[CLUSTER_KEY], found[EPOCH_KEY]
+
+
+def foreign(mine: str, metadata: Iterable[tuple[str, str | bytes]] | None, who: str) -> str:
+    """Why a call from another cluster is refused by `who` ("" if it names `mine`, or if
+    `who` has no cluster yet)."""
+    named = caller(metadata)[0]
+    if not mine or named == mine:
+        return ""
+    return (f"{who} belongs to cluster {mine}; the call names "
+            f"{'cluster ' + named[:40] if named else 'no cluster'}: a backend's records are "
+            "its own cluster's, and it joins no other")
 # Set in the environment of a process whose owner stops it (mbds/cluster.py).
 OWNED = "MBDS_OWNED"
 

@@ -81,7 +81,7 @@ class KeptPeers(PeerLinks):
         super().__init__()
         self.sent: list[pb.DescriptorIds] = []
 
-    def configure(self, peers: list[str], my_index: int) -> None:
+    def configure(self, peers: list[str], my_index: int, cluster: str = "") -> None:
         self.targets = [a for i, a in enumerate(peers) if i != my_index]
 
     def broadcast(self, msg: pb.DescriptorIds) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.service import CLUSTER_KEY
 from mbds.values import to_pb
 from tests.conftest import CENSUS_YAML, Running, as_controller, internal_channel
 from tests.crashes import retry
@@ -230,9 +231,19 @@ def test_a_backend_refuses_descriptor_ids_that_are_not_its_peers_share(cluster_f
     unknown.results.add(predicate_index=1, descriptor_ids=[10_000])
     stranger = pb.DescriptorIds(epoch="forged", seq=2, from_index=7)
     stranger.results.add(predicate_index=1, unrestricted=True)
+    ours = as_controller(r.cluster, b0)[:1]
     with internal_channel(r.cluster, b0, "backend") as ch:
+        # A peer of another cluster (its certificate from the same CA) is refused.
+        with pytest.raises(grpc.RpcError) as err:
+            rpc.PeerStub(ch).DescriptorIdsStream(
+                iter([pb.DescriptorIdsBatch(ids=[unknown])]), timeout=10,
+                metadata=((CLUSTER_KEY, "elsewhere"),))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert (err.value.details() or "").startswith(
+            f"backend b0 belongs to cluster {ours[0][1]}; the call names cluster elsewhere")
         rpc.PeerStub(ch).DescriptorIdsStream(
-            iter([pb.DescriptorIdsBatch(ids=[unknown, stranger])]), timeout=10)
+            iter([pb.DescriptorIdsBatch(ids=[unknown, stranger])]), timeout=10,
+            metadata=ours)
     replies = forged_bus(r, b0, [update, read], peers=[b0, b1])
     errors = {x.seq: x.error for x in replies if x.WhichOneof("body") == "error"}
     assert errors[1] == ("backend b0: refused: descriptor ids from backend 1 "
@@ -321,11 +332,21 @@ def test_iig_is_not_on_the_client_port_and_checks_what_it_places(cluster_factory
     assert internal != r.cluster.address
     wrong = pb.PlaceRequest(file="CENSUS", directory_values=[
         to_pb(v, pb.Value()) for v in ("CENSUS", "new", "five", "CA")])
+    ours = as_controller(r.cluster, r.cluster.backends[0].address or "")[:1]
     with internal_channel(r.cluster, internal, "backend", "controller") as ch:
-        assert rpc.IigStub(ch).Place(request, timeout=10).cluster_id > 0
+        assert rpc.IigStub(ch).Place(request, timeout=10, metadata=ours).cluster_id > 0
         with pytest.raises(grpc.RpcError) as err:
-            rpc.IigStub(ch).Place(wrong, timeout=10)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "CENSUS.POP is integer, got str" in (err.value.details() or "")
+            rpc.IigStub(ch).Place(wrong, timeout=10, metadata=ours)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "CENSUS.POP is integer, got str" in (err.value.details() or "")
+        # A backend of another cluster (its certificate from the same CA) is refused.
+        for md, named in ((((CLUSTER_KEY, "elsewhere"),), "cluster elsewhere"),
+                          ((), "no cluster")):
+            with pytest.raises(grpc.RpcError) as err:
+                rpc.IigStub(ch).Place(request, timeout=10, metadata=md)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert err.value.details() == (
+                f"this controller belongs to cluster {ours[0][1]}; the call names {named}: "
+                "a backend's records are its own cluster's, and it joins no other")
     [res] = r.client.execute("RETRIEVE ((FILE = Census) and (POP <= 4)) (CITY)")
     assert len(res.records) == 4            # range predicates still answer

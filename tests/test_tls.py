@@ -20,7 +20,7 @@ from mbds.client import Client, ClientError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.values import to_pb
-from tests.conftest import CENSUS_YAML, Running, internal_channel
+from tests.conftest import CENSUS_YAML, Running, as_controller, internal_channel
 from tests.test_doors import iig_address
 
 ROW = "INSERT (<FILE, Census>, <CITY, '{c}'>, <POP, {p}>, <STATE, CA>)"
@@ -79,7 +79,8 @@ def test_a_backend_passes_only_the_controller_on_its_bus_and_backends_on_peer(
         assert code_of(lambda: next(iter(bus))) == grpc.StatusCode.PERMISSION_DENIED
         assert code_of(lambda: rpc.BackendStub(ch).ApplyDirectory(
             pb.DirectoryUpdate(), timeout=5)) == grpc.StatusCode.PERMISSION_DENIED
-        rpc.PeerStub(ch).DescriptorIdsStream(iter([]), timeout=5)
+        rpc.PeerStub(ch).DescriptorIdsStream(iter([]), timeout=5,
+                                             metadata=as_controller(r.cluster, address)[:1])
     # The controller's certificate reaches the bus and directory, not the peer service.
     with internal_channel(r.cluster, address, "controller") as ch:
         assert rpc.BackendStub(ch).Hello(pb.HelloRequest(), timeout=5).name == "b0"
