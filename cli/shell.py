@@ -80,8 +80,9 @@ def run_shell(address: str) -> None:
 def run_script(address: str, lines: Iterable[str]) -> None:
     """Input that is not a terminal (`mbds shell < requests.abdl`, a pipe): each request
     run as soon as its brackets are balanced, as Enter would, with no prompt or line
-    editing; it ends at the end of the input or at \\q. Exits 1 if any request failed."""
-    failed, pending = False, ""
+    editing; it ends at the end of the input or at \\q. A request that fails is named
+    and the next one runs, as psql does with a script."""
+    pending = ""
     with Client(address) as client:
         for line in lines:
             pending = f"{pending}\n{line.rstrip()}" if pending else line.strip()
@@ -91,16 +92,14 @@ def run_script(address: str, lines: Iterable[str]) -> None:
                 break
             if text and (text.startswith("\\") or text.lower() in HELP_WORDS
                          or _complete(text)):
-                failed |= not answer(client, text)
+                answer(client, text)
                 pending = ""
         if pending.strip():
-            failed |= not answer(client, pending.strip())
-    if failed:
-        raise SystemExit(1)
+            answer(client, pending.strip())
 
 
-def answer(client: Client, text: str) -> bool:
-    """Run one line's request or command and show what it gives; False if it failed."""
+def answer(client: Client, text: str) -> None:
+    """Run one line's request or command and show what it gives, or why it failed."""
     try:
         text = utf8(text, "the line")
         if text.lower() in HELP_WORDS:
@@ -112,8 +111,6 @@ def answer(client: Client, text: str) -> bool:
                 render_result(r)
     except (NotUtf8, ClientError) as e:
         console.print(f"error: {e}", style="red", markup=False, highlight=False)
-        return False
-    return True
 
 
 class History(FileHistory):
