@@ -49,19 +49,22 @@ class DirectoryUpdates:
         self._acquire = acquire
         self.storing: Future[None] | None = None    # the latest directory update's storing
 
-    async def carried(self, key: tuple[str, int], st: TuState, tu: pb.TrafficUnit
-                      ) -> tuple[bool, Future[None] | None]:
-        """Stage 1's part of a traffic unit's directory update: checked (`BadMessage`),
-        a definition begun before its files change, then applied under CC's locks.
-        Returns whether the unit carried entries, and its storing job if any."""
-        own, carried = None, changes(tu.directory)    # most units carry none
+    @staticmethod
+    def touches(tu: pb.TrafficUnit) -> tuple[bool, bool]:
+        """Whether a traffic unit carries directory entries, and whether it defines
+        files: most do neither, and stage 1 then has nothing to do here."""
+        return changes(tu.directory), defines(tu)
+
+    async def carried(self, key: tuple[str, int], st: TuState, tu: pb.TrafficUnit,
+                      carried: bool, defining: bool) -> Future[None] | None:
+        """Stage 1's part of a traffic unit's directory update (`touches`): checked
+        (`BadMessage`), a definition begun before its files change, then applied under
+        CC's locks. Returns its storing job, if any."""
         if carried:
             check.directory_update(self.directory, tu.directory)
-        if defines(tu):
+        if defining:
             self.definitions.begin(key, st, tu)
-        if carried:
-            own = await self._apply_with_locks(tu.directory)
-        return carried, own
+        return await self._apply_with_locks(tu.directory) if carried else None
 
     async def apply(self, update: pb.DirectoryUpdate) -> Future[None] | None:
         """Apply a directory update (from IIG, by bus or out of band) and queue its storing.

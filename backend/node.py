@@ -149,7 +149,9 @@ class BackendNode:
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
             try:
-                carried, own = await self.directory_updates.carried(key, st, tu)
+                carried, defining = self.directory_updates.touches(tu)
+                own = (await self.directory_updates.carried(key, st, tu, carried, defining)
+                       if carried or defining else None)
                 st.shape = self.plans.checked(tu, carried)
             except check.BadMessage as e:
                 if key in self.definitions:

@@ -28,9 +28,9 @@ from mbds.service import caller, foreign
 class Owner:
     """The cluster this backend belongs to and the controller whose bus it serves."""
 
-    def __init__(self, name: str, store: Store) -> None:
+    def __init__(self, name: str, cluster: str) -> None:
         self.name = name
-        self.cluster = store.cluster()
+        self.cluster = cluster        # kept in the store (`Store.cluster`); "" until joined
         self.buses: dict[BusOut, tuple[str, str, float]] = {}   # -> (epoch, peer, since)
 
     @property
@@ -43,11 +43,10 @@ class Owner:
         """Why a call with `metadata` is refused here ("" if it is not): it names another
         cluster than this backend's, or, if it `writes`, comes from a controller other
         than the one whose bus is open."""
-        epoch = caller(metadata)[1]
         refused = foreign(self.cluster, metadata, f"backend {self.name}")
         if refused:
             return refused
-        if writes and self.buses and epoch != self.epoch:
+        if writes and self.buses and caller(metadata)[1] != self.epoch:
             first, peer, since = next(iter(self.buses.values()))
             return (f"backend {self.name} serves the bus of another controller (epoch "
                     f"{first}, from {peer}, for {time.monotonic() - since:.0f} s): a cluster "

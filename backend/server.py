@@ -35,10 +35,10 @@ log = logging.getLogger("mbds.backend")
 
 
 class BackendServicer(rpc.BackendServicer):
-    def __init__(self, node: BackendNode) -> None:
+    def __init__(self, node: BackendNode, cluster: str = "") -> None:
         self.node = node
         # Whose calls it takes; its open Bus streams, which `drain` ends.
-        self.owner = Owner(node.name, node.store)
+        self.owner = Owner(node.name, cluster)
         self.buses = self.owner.buses
         self.parts = DirectoryParts(node.directory)
 
@@ -277,12 +277,13 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     dirlock.hold(data_dir, "the backend's")
     store = Store(data_dir / "backend.db", synchronous=synchronous, memory=memory)
     node_name = store.identity(name or data_dir.resolve().name)
+    cluster = store.cluster()        # read before the writer thread takes the connection
     peers, iig = PeerLinks(), IigClient(node_name)
     node = BackendNode(node_name, store, peers=peers, iig=iig)
     node.metrics_port = metrics_port
     doors = [RoleDoor({"mbds.Backend": "controller", "mbds.Peer": "backend"})] if identity else []
     server = grpc.aio.server(interceptors=doors, options=SERVER_OPTIONS)
-    backend_servicer = BackendServicer(node)
+    backend_servicer = BackendServicer(node, cluster)
     peer_servicer = PeerServicer(node, backend_servicer.owner)
     rpc.add_BackendServicer_to_server(backend_servicer, server)
     rpc.add_PeerServicer_to_server(peer_servicer, server)

@@ -24,8 +24,8 @@ FILE = "members.json"
 
 
 class Members:
-    """The names of the backends admitted so far; None as the path keeps nothing (a
-    controller without a --data-dir of its own, in tests)."""
+    """The cluster's id and the names of the backends admitted so far; None as the path
+    keeps nothing (a controller without a --data-dir of its own, in tests)."""
 
     def __init__(self, directory: Path | None) -> None:
         self.path = None if directory is None else directory / FILE

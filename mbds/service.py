@@ -17,9 +17,6 @@ MAX_MESSAGE = 64 << 20
 # records) may add up to: the limit less room for the message around them. An item
 # larger than this alone can never be sent, and is refused naming the limit.
 MESSAGE_BUDGET = MAX_MESSAGE - (1 << 20)
-# Every server's options. gRPC sets SO_REUSEPORT by default, which lets a second process
-# on a port in use share it silently (clients split between two controllers); off, the
-# second one fails to bind (`listen_on`).
 # Pings on every open call, both ways, find a peer that stopped answering without
 # closing its connection (a host gone, a partition, a frozen process): one unanswered
 # for 10 s (gRPC's own ping timeout is 60 s) breaks the connection, so the controller
@@ -29,13 +26,16 @@ MESSAGE_BUDGET = MAX_MESSAGE - (1 << 20)
 KEEPALIVE = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 10_000),
              ("grpc.http2.ping_timeout_ms", 10_000),
              ("grpc.http2.max_pings_without_data", 0)]
+# Every server's options. gRPC sets SO_REUSEPORT by default, which lets a second process
+# on a port in use share it silently (clients split between two controllers); off, the
+# second one fails to bind (`listen_on`).
 SERVER_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.so_reuseport", 0),
                   *KEEPALIVE,
                   # A client's pings on an idle call are welcome every 5 s, not refused as
                   # too many (gRPC's default allows one in 5 minutes).
                   ("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
-# The gRPC metadata a controller sends with every call to a backend but Hello: the
-# cluster it serves and its epoch (`backend/owner.py` checks both).
+# The gRPC metadata of every internal call but Hello: the caller's cluster and, from a
+# controller, its epoch (checked by `backend/owner.py`, the peers and IIG).
 CLUSTER_KEY, EPOCH_KEY = "mbds-cluster", "mbds-epoch"
 
 
@@ -57,6 +57,8 @@ def foreign(mine: str, metadata: Iterable[tuple[str, str | bytes]] | None, who: 
     return (f"{who} belongs to cluster {mine}; the call names "
             f"{'cluster ' + named[:40] if named else 'no cluster'}: a backend's records are "
             "its own cluster's, and it joins no other")
+
+
 # Set in the environment of a process whose owner stops it (mbds/cluster.py).
 OWNED = "MBDS_OWNED"
 
