@@ -3,13 +3,15 @@
 A process started with MBDS_FAULTS="point=action[,point=action…]" acts at those points:
 `crash` ends the process at once (as SIGKILL would: nothing flushed, no goodbye on
 any stream), `error` makes the step fail as an exception would, `stall` stops the
-thread there for STALL_S seconds (as a paused process would be). Unset, a point costs
+thread there for STALL_S seconds (as a paused process would be; MBDS_FAULTS_STALL_S sets
+them), saying so on stderr first, so a test can act while it waits. Unset, a point costs
 one set lookup.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 POINTS = (
@@ -28,7 +30,7 @@ POINTS = (
     "controller.before_bus_open",   # every backend met and up to date; no bus opened yet
 )
 ACTIONS = ("crash", "error", "stall")
-STALL_S = 3.0
+STALL_S = float(os.environ.get("MBDS_FAULTS_STALL_S", "3.0"))
 
 
 class FaultInjected(RuntimeError):
@@ -62,4 +64,6 @@ def hit(point: str) -> None:
     if action == "error":
         raise FaultInjected(f"fault injected at {point}")
     if action == "stall":
+        print(f"fault injected at {point}: stalling {STALL_S:g} s", file=sys.stderr,
+              flush=True)
         time.sleep(STALL_S)

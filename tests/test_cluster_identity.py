@@ -23,6 +23,7 @@ from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import CLUSTER_KEY, EPOCH_KEY
 from tests.conftest import CENSUS_YAML, Running, as_controller, internal_channel, start_cluster
+from tests.crashes import wait_for
 
 COUNT = "RETRIEVE (FILE = Census) (CITY, POP)"
 
@@ -190,9 +191,9 @@ def test_members_keep_the_cluster_id_and_read_the_names_kept_before_it(tmp_path:
 def test_of_two_controllers_started_at_once_the_one_whose_bus_is_refused_does_not_start(
         tmp_path: Path) -> None:
     """Both pass the hello (no bus is open yet); the first is held after it, before it
-    opens its buses (`controller.before_bus_open`), while the second opens its own. The
-    backends refuse the first's buses, and it exits 1 naming why instead of serving with
-    every backend down; the second serves."""
+    opens its buses (`controller.before_bus_open`), while the second starts and opens its
+    own. The backends refuse the first's buses, and it exits 1 naming why instead of
+    serving with every backend down; the second serves."""
     r = _cluster(tmp_path / "a", 2, ["Alpha"])
     try:
         assert r.cluster.controller is not None and r.cluster.tls_dir is not None
@@ -202,10 +203,14 @@ def test_of_two_controllers_started_at_once_the_one_whose_bus_is_refused_does_no
                 ",".join(p.address or "" for p in r.cluster.backends),
                 "--tls-dir", str(r.cluster.tls_dir), "--client-plaintext", "--data-dir"]
         held = Proc("held controller", [*args, str(tmp_path / "a" / "controller")],
-                    {"MBDS_FAULTS": "controller.before_bus_open=stall"})
-        second = Proc("second controller", [*args, str(tmp_path / "copy")])
+                    {"MBDS_FAULTS": "controller.before_bus_open=stall",
+                     "MBDS_FAULTS_STALL_S": "20"})
+        second = None
         try:
-            address = second.wait_ready(60)
+            wait_for(lambda: any("stalling" in line for line in held.tail), 60,
+                     "the first controller held after its hellos")
+            second = Proc("second controller", [*args, str(tmp_path / "copy")])
+            address = second.wait_ready(60)       # within the first one's 20 s
             with pytest.raises(ProcessFailed) as err:
                 held.wait_ready(60)
             assert "exited with code 1" in str(err.value), str(err.value)
@@ -215,6 +220,7 @@ def test_of_two_controllers_started_at_once_the_one_whose_bus_is_refused_does_no
             assert sorted((x["CITY"], x["POP"]) for x in res.records) == [("Alpha", 0)]
         finally:
             held.stop()
-            second.stop()
+            if second is not None:
+                second.stop()
     finally:
         r.close()
