@@ -87,6 +87,7 @@ class Inbox:
         self.key = (epoch, seq)
         self.decisions = decisions
         self.deciding: asyncio.Task[None] | None = None
+        self.aborted = ""               # why Abort went down for it ("" if it has not)
         self.ended: set[Link] = set()    # backends done with the unit (or gone)
         self.queue: Mailbox[Delivery] = Mailbox()   # delivered by the buses, not yet taken
         self.ahead: dict[Link, deque[pb.BackendReply]] = {x: deque() for x in links}
@@ -255,6 +256,11 @@ class Inbox:
             else:
                 self.ended.add(link)
             waiting.discard(link)
+        if voted and self.aborted:
+            # Votes taken ahead of an abort that has since gone down are void: the
+            # backends roll the unit back, so it must not be decided committed.
+            raise BackendFailure(voted[0], TrafficUnitAborted(
+                f"traffic unit aborted: {self.aborted}"))
         if voted:
             self.deciding = asyncio.create_task(self._commit(voted))
             await asyncio.shield(self.deciding)
@@ -318,6 +324,9 @@ class Inbox:
         return ""
 
     def _abort_now(self, reason: str) -> None:
+        if self.aborted:
+            return                 # it went down once: the backends roll back once
+        self.aborted = reason
         for link in self.links:
             if link.up:
                 link.send(pb.BusMessage(abort=pb.Abort(seq=self.seq, reason=reason)))

@@ -101,3 +101,42 @@ def test_a_client_that_stops_reading_loses_its_answer_and_blocks_no_one(
     [inserted] = r.client.execute("RETRIEVE ((FILE = BIG) and (K = 500000)) (K)")
     assert inserted.records == []
     assert again_s < SLACK
+
+
+def test_a_transaction_aborted_for_a_stalled_reader_is_not_then_committed(
+        cluster_factory) -> None:
+    """The backends finish the unit and vote within their credit while PP waits on the
+    client; the stalled-reader abort then goes down, and each backend rolls back. The
+    votes taken before it are void: the client reading on is told ABORTED, and the
+    transaction's UPDATE is nowhere (it was told OK, the UPDATE gone, before)."""
+    r = cluster_factory(2)
+    r.client.define("""
+files:
+  R:
+    attributes: {ID: integer, PAD: string}
+  S:
+    attributes: {ID: integer, N: integer}
+""")
+    list(r.client.load("R", ["ID", "PAD"], (([i, "x" * 400], None) for i in range(16_000))))
+    r.client.execute("INSERT (<FILE, S>, <ID, 1>, <N, 0>)")
+
+    # Without BDP probing the client's window stays at 64 KiB: PP waits on the client
+    # with most of the 6 MB answer still to pass, while the backends are done.
+    channel = grpc.insecure_channel(r.cluster.address, options=[
+        ("grpc.max_receive_message_length", MAX_MESSAGE), ("grpc.http2.bdp_probe", 0)])
+    replies = rpc.ControllerStub(channel).Execute(pb.ExecuteRequest(
+        text="[UPDATE (FILE = S) <N = N + 1>; RETRIEVE (FILE = R) (ALL)]"), timeout=120)
+    next(replies)                            # the answer has begun…
+    time.sleep(STALLED_READER + 2.0)         # …and its reader stalls past the bound
+    with pytest.raises(grpc.RpcError) as e:
+        for _ in replies:
+            pass
+    channel.close()
+    assert e.value.code() == grpc.StatusCode.ABORTED, e.value
+    assert f"did not read its answer within {STALLED_READER:g} s" in (e.value.details() or "")
+    [s] = r.client.execute("RETRIEVE (FILE = S) (N)")
+    assert s.records == [{"N": 0}]
+    # Nothing of the unit is left in doubt: its file takes the next writer at once.
+    r.client.execute("UPDATE (FILE = S) <N = N + 1>")
+    [s] = r.client.execute("RETRIEVE (FILE = S) (N)")
+    assert s.records == [{"N": 1}]
