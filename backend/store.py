@@ -49,6 +49,7 @@ def as_json(a: Attribute) -> str:
 
 
 FLOAT_LITERAL = "mbds_float"      # the SQL function `as_json` calls: a float's repr
+ROWID = "INTEGER PRIMARY KEY AUTOINCREMENT"     # a file table's `rid`
 
 
 def add_functions(conn: sqlite3.Connection) -> sqlite3.Connection:
@@ -198,8 +199,11 @@ class Store:
     @staticmethod
     def _create_file_table(conn: sqlite3.Connection, schema: FileSchema) -> None:
         cols = ", ".join(f"{col(a.name)} {SQL_TYPES[a.type]}" for a in schema.attributes)
+        # AUTOINCREMENT: a rowid is never given twice, so the rows an undecided DELETE
+        # freed are not taken by another unit's INSERT before the DELETE may be rolled
+        # back into them (`undo.roll_back`).
         conn.execute(f"CREATE TABLE IF NOT EXISTS {table(schema.name)} ("
-                     f"rid INTEGER PRIMARY KEY, cluster_id INTEGER NOT NULL, {cols}, "
+                     f"rid {ROWID}, cluster_id INTEGER NOT NULL, {cols}, "
                      f"_body TEXT) STRICT")
         conn.execute(f'CREATE INDEX IF NOT EXISTS "ix_{schema.name}_cluster" '
                      f"ON {table(schema.name)} (cluster_id)")

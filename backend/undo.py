@@ -19,7 +19,7 @@ import json
 import sqlite3
 
 from backend.recp_sql import json_array
-from backend.store import Store, as_json, col, file_def, table
+from backend.store import ROWID, Store, as_json, col, file_def, table, transaction
 from mbds.directory import file_schema_from_pb
 from mbds.schema import FileSchema
 
@@ -62,9 +62,9 @@ class UndoLog:
         self.wrote = self.wrote or n > 0
 
     def last_rid(self, schema: FileSchema) -> int:
-        """Before an INSERT: rows it adds get rowids above this (SQLite's max + 1)."""
-        row = self.conn.execute(f"SELECT max(rid) FROM {table(schema.name)}").fetchone()
-        return int(row[0] or 0)
+        """Before an INSERT: rows it adds get rowids above this, the largest the table
+        has ever given (AUTOINCREMENT's), not only the largest it holds now."""
+        return last_rid(self.conn, schema.name)
 
     def inserted(self, schema: FileSchema, before: int) -> None:
         """After an INSERT: its rows are exactly the rowids above `before`."""
@@ -77,6 +77,44 @@ class UndoLog:
     def drop(self) -> None:
         """The unit wrote nothing here: no prepared state to keep."""
         forget(self.conn, self.unit)
+
+
+def last_rid(conn: sqlite3.Connection, file: str) -> int:
+    """The largest rowid `file`'s table has given (0: none yet)."""
+    row = conn.execute(
+        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = ?), 0), "
+        f"coalesce((SELECT max(rid) FROM {table(file)}), 0))", (f"r_{file}",)).fetchone()
+    return int(row[0])
+
+
+def never_reuse_rids(conn: sqlite3.Connection) -> None:
+    """Rebuild, once, each file table made before its rowids were AUTOINCREMENT, with
+    its rows, rowids and indexes, and its sequence above every rowid an undecided
+    unit's undo rows name (writer's connection, at start)."""
+    old = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' "
+                       "AND name LIKE 'r\\_%' ESCAPE '\\' "
+                       "AND sql NOT LIKE '%AUTOINCREMENT%'").fetchall()
+    for name, sql in old:
+        file = name[2:]
+        new_sql = sql.replace("rid INTEGER PRIMARY KEY,", f"rid {ROWID},", 1)
+        if new_sql == sql:
+            raise RuntimeError(f"file table {name} has no rowid column to rebuild: {sql}")
+        indexes = [s for (s,) in conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+            "AND sql IS NOT NULL", (name,))]
+        with transaction(conn):
+            conn.execute(f'ALTER TABLE {table(file)} RENAME TO "{name}_old_rids"')
+            conn.execute(new_sql)
+            conn.execute(f'INSERT INTO {table(file)} SELECT * FROM "{name}_old_rids"')
+            conn.execute(f'DROP TABLE "{name}_old_rids"')
+            for index in indexes:
+                conn.execute(index)
+            row = conn.execute("SELECT max(max(coalesce(lo, 0)), max(coalesce(hi, 0))) "
+                               "FROM undo WHERE file = ?", (file,)).fetchone()
+            floor = max(int(row[0] or 0), last_rid(conn, file))
+            conn.execute("DELETE FROM sqlite_sequence WHERE name = ?", (name,))
+            conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)",
+                         (name, floor))
 
 
 def defining(conn: sqlite3.Connection, key: Key, files: list[str]) -> int:

@@ -37,6 +37,7 @@ class Writer:
         self.conn = store.writer()
         self.group_size = metrics.COMMIT_GROUP.labels(name)
         self.conn.executescript(undo.SCHEMA)
+        undo.never_reuse_rids(self.conn)
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="recp-writer", daemon=True)
         self._thread.start()
