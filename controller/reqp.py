@@ -171,8 +171,12 @@ class Reqp:
 
     # -------------------------------------------------------------- query --
     def _files_of(self, conj: ast.Conjunction) -> list[FileSchema]:
+        """The files a conjunction reaches: those its FILE predicates select that have
+        every attribute it names. One that reaches none is refused, saying why, rather
+        than sent to backends that could only refuse it."""
         files = list(self.directory.files.values())
         named = None
+        selects: list[str] = []
         for p in conj.predicates:
             if p.attr != "FILE":
                 continue
@@ -182,16 +186,27 @@ class Reqp:
             if p.op == "=":
                 named = self._file(p.value, p.pos)
             files = [f for f in files if COMPARE[p.op](f.name, p.value.upper())]
+            selects.append(f"FILE {p.op} {shorten(p.value.upper())}")
+        if not files and selects:
+            raise SemanticError(f"{_where(conj.predicates[0].pos)}{_listed(selects)} "
+                                f"select{'s' if len(selects) == 1 else ''} no file")
+        attrs: list[str] = []
         for p in conj.predicates:
-            if p.attr == "FILE":
+            if p.attr == "FILE" or p.attr in attrs:
                 continue
             if named is not None and p.attr not in named.by_name:
                 raise SemanticError(f"{_where(p.pos)}unknown attribute {shorten(p.attr)} in "
                                     f"file {named.name}")
-            files = [f for f in files if p.attr in f.by_name]
-            if not files and named is None:
+            if all(p.attr not in f.by_name for f in self.directory.files.values()):
                 raise SemanticError(f"{_where(p.pos)}unknown attribute {shorten(p.attr)}: "
                                     "no file has it")
+            attrs.append(p.attr)
+            files = [f for f in files if p.attr in f.by_name]
+            if not files:
+                among = f" that {_listed(selects)} select{'s' if len(selects) == 1 else ''}" \
+                    if selects else ""
+                raise SemanticError(f"{_where(conj.predicates[0].pos)}no file{among} has "
+                                    f"all of {_listed([shorten(a) for a in attrs], ', ')}")
         return files
 
     def _query(self, q: ast.Query) -> tuple[pb.Query, list[FileSchema]]:
@@ -338,3 +353,9 @@ class Reqp:
                          right=pb.Retrieval(query=rq, targets=ritems))
         return Prepared("RETRIEVE_COMMON", req, columns=columns, common=(la.name, ra.name),
                         left_width=len(lnames))
+
+
+def _listed(items: list[str], sep: str = " and ") -> str:
+    """`items` joined for an error message, at most three of them named."""
+    shown = sep.join(items[:3])
+    return shown if len(items) <= 3 else f"{shown}{sep}{len(items) - 3} more"

@@ -60,6 +60,19 @@ BAD = [
     ("[INSERT (<FILE, Census>, <CITY, ghost>); DELETE (FILE = Census); "
      "RETRIEVE (FILE = Census) (NOPE)]", "INVALID_ARGUMENT", "unknown attribute NOPE"),
     ("[]", "INVALID_ARGUMENT", "empty transaction"),
+    # A part of a query that reaches no file is refused saying why, the whole request
+    # with it, before any backend sees it.
+    ("RETRIEVE ((FILE = Census) and (POP = 1)) or ((FILE = Census) and (FILE = States) "
+     "and (POP = 2)) (POP)", "INVALID_ARGUMENT",
+     "FILE = CENSUS and FILE = STATES select no file"),
+    ("DELETE ((FILE = Census) and (POP = 100)) or ((FILE = Census) and (FILE = States))",
+     "INVALID_ARGUMENT", "FILE = CENSUS and FILE = STATES select no file"),
+    ("UPDATE ((FILE > States) and (POP < 3)) <POP = 5>", "INVALID_ARGUMENT",
+     "FILE > STATES selects no file"),
+    ("RETRIEVE ((FILE < States) and (POP = 1) and (CODE = x)) (POP)", "INVALID_ARGUMENT",
+     "no file that FILE < STATES selects has all of POP, CODE"),
+    ("RETRIEVE ((POP = 1) and (CODE = x)) (POP)", "INVALID_ARGUMENT",
+     "no file has all of POP, CODE"),
     # A literal a double holds only as 0 (or not at all) is refused, not changed.
     ("INSERT (<FILE, Census>, <CITY, tiny>, <AREA, 1e-400>)", "INVALID_ARGUMENT",
      "number out of range '1e-400'"),
