@@ -54,11 +54,31 @@ SQLITE_CONSTRAINT_DATATYPE = 3091
 _OVERFLOWED = {"float": "abs({e}) > 1.7976931348623157e308", "integer": "typeof({e}) = 'real'"}
 
 
-def _out_of_range(plan: FilePlan, m: pb.Modifier, result: Value) -> OutOfRange:
+def _exact(m: pb.Modifier, source: Value, result: Value) -> Value:
+    """What integer arithmetic gives exactly, where SQLite's overflowed to a float
+    (9.223372036854776e+18 for 9223372036854775807 + 1)."""
+    operand = from_pb(m.value)
+    if type(source) is not int or type(operand) is not int:
+        return result
+    if m.arith == "+":
+        return source + operand
+    if m.arith == "-":
+        return source - operand
+    if m.arith == "*":
+        return source * operand
+    if m.arith == "/" and operand:          # truncates toward zero, as SQLite's does
+        quotient = abs(source) // abs(operand)
+        return quotient if (source < 0) == (operand < 0) else -quotient
+    return result
+
+
+def _out_of_range(plan: FilePlan, m: pb.Modifier, result: Value, source: Value
+                  ) -> OutOfRange:
+    """The refusal naming what the modifier gives a record whose `m.source` is `source`."""
     a = plan.schema.by_name[m.attr]
-    # SQLite's integer overflow is a float, which may print as if it were in range
-    # (9.223372036854776e+18): the range is named.
     bounds = f" ({INT64_RANGE})" if a.type == "integer" else ""
+    if a.type == "integer":
+        result = _exact(m, source, result)
     return OutOfRange(f"{plan.schema.name}.{m.attr} = {m.source} {m.arith} "
                       f"{from_pb(m.value)!r} gives {result!r} for a record, out of the "
                       f"range of {a.type}{bounds}; nothing was updated")
@@ -80,10 +100,10 @@ def _first_out_of_range(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier
                         wparams: list[object]) -> OutOfRange | None:
     """The refusal naming a value out of its type's range that `expr` gives a record."""
     test = _OVERFLOWED[plan.schema.by_name[m.attr].type]
-    row = conn.execute(f"SELECT {expr} FROM {table(plan.schema.name)} "
+    row = conn.execute(f"SELECT {expr}, {col(m.source)} FROM {table(plan.schema.name)} "
                        f"WHERE {test.format(e=expr)} AND ({where}) LIMIT 1",
                        params + params + wparams).fetchone()
-    return None if row is None else _out_of_range(plan, m, row[0])
+    return None if row is None else _out_of_range(plan, m, row[0], row[1])
 
 
 def _in_range(kind: str, value: Value) -> bool:
@@ -135,7 +155,9 @@ def update_moving(conn: sqlite3.Connection, plan: FilePlan, m: pb.Modifier,
     changes = []
     for rid, *values in rows:
         if not _in_range(kind, values[pos]):
-            raise _out_of_range(plan, m, values[pos])
+            [source] = conn.execute(f"SELECT {col(m.source)} FROM {table(plan.schema.name)} "
+                                    "WHERE rid = ?", (rid,)).fetchone()
+            raise _out_of_range(plan, m, values[pos], source)
         cid = cluster_of(plan.schema.name, [plan.schema.name, *values])
         changes.append((values[pos], cid, rid))
     conn.executemany(f"UPDATE {table(plan.schema.name)} SET {col(m.attr)} = ?, cluster_id = ? "

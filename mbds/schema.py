@@ -185,6 +185,17 @@ class _Loader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+# Booleans as YAML 1.2's core schema has them: only true and false. YAML 1.1 also reads
+# yes/no/on/off as booleans, which turns type-B values such as NO (Norway) or ON
+# (Ontario), or attributes so named, into True and False.
+_BOOL = "tag:yaml.org,2002:bool"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
 def parse_definition(text: str) -> list[FileSchema]:
     """Parse the YAML database definition. Raises DefinitionError naming what is wrong."""
     if len(text) > MAX_DEFINITION:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from bisect import bisect_right
 from typing import NamedTuple
 
@@ -110,12 +111,42 @@ class AbdlSyntaxError(ValueError):
 
 
 def quote(text: str) -> str:
-    """Quote a source fragment for an error message, shortening long ones."""
+    """Quote a source fragment for an error message, shortening long ones. Characters a
+    terminal would not show as themselves are escaped (`visible`)."""
     if len(text) > 40:
         text = text[:37] + "..."
+    text = visible(text)
     if "'" in text and '"' not in text:
         return f'"{text}"'
     return f"'{text}'"
+
+
+_CONTROL_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if ch in _CONTROL_ESCAPES:
+        return _CONTROL_ESCAPES[ch]
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(text: str) -> str:
+    """`text` with each character that is not printable, or is whitespace other than a
+    plain space, as an escape: a no-break or zero-width space would look like a space or
+    nothing, and a control character (ESC) would reach the reader's terminal raw."""
+    if text.isprintable():      # no whitespace but the plain space is printable
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def describe_character(ch: str) -> str:
+    """One character for an error, named when it is escaped: `'\\u00a0' (NO-BREAK
+    SPACE)`, `'~'`."""
+    name = unicodedata.name(ch, "") if not ch.isprintable() else ""
+    return f"{quote(ch)} ({name})" if name else quote(ch)
 
 
 class Token(NamedTuple):
@@ -309,4 +340,4 @@ class Lexer:
         ch = text[at]
         if ch in "'\"":
             raise self.error(at, found=ch, detail="unterminated string literal")
-        raise self.error(at, found=ch, detail=f"bad character {quote(ch)}")
+        raise self.error(at, found=ch, detail=f"bad character {describe_character(ch)}")
