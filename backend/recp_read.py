@@ -262,6 +262,8 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
 # request on a wide file (up to five aggregates of each of 258 names) may need more
 # statements than one.
 MAX_COLUMNS = 2000
+LOW_32 = 0xFFFFFFFF
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 ITEMS_PER_STATEMENT = (MAX_COLUMNS - 2) // 4
 
 
@@ -275,11 +277,20 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
     key, kparams = _term(plan, by) if by else ("NULL", [])
     where, params = recp_sql.where(plan)
     statements: list[tuple[str, list[object]]] = []     # one, unless the items are many
+    halved: set[int] = set()         # the items whose SUM comes in two halves
     for k in range(0, len(items), ITEMS_PER_STATEMENT):
         exprs: list[str] = []
         eparams: list[object] = []
-        for a, agg in items[k:k + ITEMS_PER_STATEMENT]:
+        for j, (a, agg) in enumerate(items[k:k + ITEMS_PER_STATEMENT], start=k):
             c, ps = _term(plan, a)
+            attr = plan.schema.by_name.get(a)
+            if agg == "SUM" and attr is not None and attr.type == "integer":
+                # SQLite's running SUM overflows on the way to a total that may fit; the
+                # sums of the high and low 32 bits do not, and join exactly below.
+                exprs += [f"SUM({c} >> 32)", f"COUNT({c})", f"SUM({c} & {LOW_32})", "NULL"]
+                eparams += ps * 3
+                halved.add(j)
+                continue
             total = {"SUM": f"SUM({c})", "AVG": f"TOTAL({c})"}.get(agg)
             # Only the extreme asked for: a MAX(BODY) of a large body carries it once.
             lo, hi = (f"MIN({c})" if agg == "MIN" else "NULL"), \
@@ -311,11 +322,15 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
         g = pb.PartialGroup(records=row[1])
         to_pb(row[0], g.key)
         for j in range(len(items)):
-            s, n, lo, hi = row[2 + 4 * j: 6 + 4 * j]
+            s, n, least, most = row[2 + 4 * j: 6 + 4 * j]
+            if j in halved:       # (the low half's sum came where a MIN would)
+                s, least = (None if s is None else (s << 32) + least), None
+                if s is not None and not INT64_MIN <= s <= INT64_MAX:
+                    raise OverflowError(f"SUM({items[j][0]}): a sum beyond 64-bit integers")
             to_pb(s, g.sums.add())
             g.counts.append(n)
-            to_pb(lo, g.mins.add())
-            to_pb(hi, g.maxs.add())
+            to_pb(least, g.mins.add())
+            to_pb(most, g.maxs.add())
         # Groups travel together up to a row batch's bounds; a large one (the MAX of a
         # large body) goes in a message of its own.
         n = g.ByteSize()

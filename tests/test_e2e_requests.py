@@ -197,6 +197,26 @@ def test_sums_beyond_64_bits_are_refused_alike_and_other_aggregates_answer(
     assert res.records == [{"AVG(N)": (2 * top + 5) / 3}]
 
 
+def test_a_sum_that_fits_is_answered_whatever_the_order_of_its_records(
+        census: Running) -> None:
+    """Only the total and each backend's part must fit in 64 bits: SQLite's running sum
+    of 2^63 - 1, then ones, then minus ones, leaves the range on the way (it was refused
+    so, though the same records in another order were answered)."""
+    c = census.client
+    top = 2 ** 63 - 1
+    c.define("files:\n  ORDERED:\n    attributes: {N: integer, G: string}\n")
+    values = [top] + [1] * 8 + [-1] * 8 + [-top, -top, -1]
+    c.execute("[" + "; ".join(f"INSERT (<FILE, Ordered>, <N, {v}>, <G, g>)"
+                              for v in values) + "]")
+    [res] = c.execute("RETRIEVE ((FILE = Ordered) and (N > -5)) (SUM(N), COUNT(N))")
+    assert res.records == [{"SUM(N)": top - 1, "COUNT(N)": 18}]
+    [res] = c.execute("RETRIEVE ((FILE = Ordered) and (N > -5)) (SUM(N)) BY G")
+    assert res.records == [{"G": "g", "SUM(N)": top - 1}]
+    with pytest.raises(ClientError) as err:          # −2^64 + 1 does not fit
+        c.execute("RETRIEVE ((FILE = Ordered) and (N < 5)) (SUM(N)) BY G")
+    assert str(err.value).endswith("SUM(N): a sum beyond 64-bit integers")
+
+
 def test_min_max_and_groups_over_files_that_type_an_attribute_differently(
         census: Running) -> None:
     """One attribute name, a string in one file and an integer in another: MIN, MAX and
