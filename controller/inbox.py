@@ -211,6 +211,11 @@ class Inbox:
                 raise BackendFailure(late[0], DeadlineExceeded(
                     f"traffic unit aborted: no answer within the {self.timeout:g} s "
                     f"deadline from backend{'s' if len(late) > 1 else ''} {names}")) from None
+            if got is None and self.sent[link].final:
+                # A bus that closes after the backend's last reply of the unit (a backend
+                # stopping once its answers are sent) takes nothing of it away.
+                self.ended.add(link)
+                continue
             msg = self._check(link, got)
             if link in waiting and self._stage(msg) == stage and not self.ahead[link]:
                 return link, msg

@@ -4,9 +4,11 @@ cluster stops only after its current answers are out."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ import psutil
 import pytest
 
 from loadgen import paper_db as P
-from mbds.client import Client
+from mbds.client import Client, collect
 from mbds.cluster import LocalCluster
 from tests.lines import OutputLines
 
@@ -187,5 +189,35 @@ def test_a_backend_stopped_alone_does_not_wait_for_its_peers_streams(tmp_path: P
                         raise
                     time.sleep(0.2)
             assert after.records == before.records
+    finally:
+        cluster.stop()
+
+
+def test_a_backend_stopped_after_its_answer_is_out_fails_no_request(tmp_path: Path) -> None:
+    """A backend stopped once it has sent the whole of its part of a RETRIEVE (the last
+    reply among them) closes its bus while the controller still gathers the other
+    backend's part: the request is answered in full (it failed with "bus closed")."""
+    cluster = LocalCluster(tmp_path / "data", 2)
+    cluster.start()
+    try:
+        with Client(cluster.address, timeout=60) as client:
+            client.define("files:\n  L:\n    attributes: {SEQ: integer, PAD: string}\n")
+            # Records are dealt to the backends in turn: one holds the long ones (tens
+            # of row batches), the other the short ones (a few, within its credit).
+            list(client.load("L", ["SEQ", "PAD"], (
+                ([i, "x" * (2000 if i % 2 == 0 else 1)], None) for i in range(16_000))))
+            short = []
+            for i, b in enumerate(cluster.backends):
+                db = cluster.data_dir / f"b{i}" / "backend.db"
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                    [(longest,)] = conn.execute('SELECT max(length("PAD")) FROM "r_L"')
+                if longest == 1:
+                    short.append(b)
+            assert len(short) == 1
+            replies = client.stream("RETRIEVE (FILE = L) (SEQ, PAD)")
+            first = next(replies)           # the answer has begun; the reader pauses while
+            assert short[0].stop() == 0     # the short part's backend sends all and stops
+            records = collect(itertools.chain([first], replies))[0].records
+        assert sorted(r["SEQ"] for r in records) == list(range(16_000))
     finally:
         cluster.stop()
