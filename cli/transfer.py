@@ -58,6 +58,41 @@ class BeyondFloat(NamedTuple):
     text: str
 
 
+class BeyondInt(NamedTuple):
+    """An integer literal of so many digits that no attribute holds it, shown by its
+    text: int() of it would be slow, and past Python's digit limit refused."""
+    text: str
+
+
+# More digits than any 64-bit integer or float has (JSON allows no leading zeros).
+MAX_DIGITS = 400
+
+
+def _int(text: str) -> int | BeyondInt:
+    return BeyondInt(text) if len(text) > MAX_DIGITS else int(text)
+
+
+class _Twice(Exception):
+    """A JSON object naming one key twice (not a ValueError, which `_json_records`
+    reports as text that is not JSON)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict; a key given twice is refused, not overwritten."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _Twice(k)
+            seen.add(k)
+    return obj
+
+
 def _float(text: str) -> float | BeyondFloat:
     """A float literal's value; one a float holds only as infinity, or as 0 despite a
     non-zero digit before its exponent, is out of range (ABDL refuses both)."""
@@ -72,6 +107,9 @@ def _typed(kind: str, v: object) -> Value:
         return None
     if isinstance(v, BeyondFloat):
         raise ValueError("is out of a float's range")
+    if isinstance(v, BeyondInt):
+        raise ValueError({"integer": "is beyond 64-bit integers",
+                          "float": "is out of a float's range"}.get(kind, "is not a string"))
     if kind == "integer" and type(v) is int:
         if not INT64_MIN <= v <= INT64_MAX:
             raise ValueError("is beyond 64-bit integers")
@@ -82,6 +120,12 @@ def _typed(kind: str, v: object) -> Value:
         except OverflowError:
             raise ValueError("is out of a float's range") from None
     if kind == "string" and type(v) is str:
+        if not v.isascii():
+            try:        # a lone surrogate, from a JSON escape ("\ud800"), has no UTF-8
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"is not valid UTF-8 (character U+{ord(v[e.start]):04X} "
+                                 f"at position {e.start})") from None
         return v
     raise ValueError(f"is not {TYPE_NAMES[kind]}")
 
@@ -100,7 +144,14 @@ def _cell(kind: str, cell: str) -> object:
 
 
 def _json_text(v: object) -> str:
-    return v.text if isinstance(v, BeyondFloat) else json.dumps(v, ensure_ascii=False)
+    if isinstance(v, BeyondFloat | BeyondInt):
+        return v.text
+    text = json.dumps(v, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(v)    # a lone surrogate by its escape, as the input wrote it
+    return text
 
 
 def _columns(names: Iterable[str], n: int, file: str, types: dict[str, str]) -> list[str]:
@@ -140,20 +191,43 @@ def _lines(binary: Iterable[bytes], where: str) -> Iterator[str]:
         yield line.removeprefix("\ufeff") if n == 1 else line   # a spreadsheet's BOM
 
 
+def _csv_rows(reader: Any) -> Iterator[tuple[int, list[str]]]:
+    """A strict csv reader's rows, each with the line it starts on (a quoted line break
+    spans lines). What it cannot parse is refused naming its line: read leniently, a
+    quote left open would take every line after it into one cell."""
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            why = str(e)
+            if why == "unexpected end of data":
+                raise Refused(f"line {start}: a quoted cell is not closed (the input ends "
+                              "inside its quotes)") from None
+            if why.startswith("field larger than field limit"):
+                raise Refused(f"line {start}: a cell of more than {csv.field_size_limit():,}"
+                              " characters (a quoted cell not closed?)") from None
+            if why == "',' expected after '\"'":
+                why = "text after a quoted cell's closing quote"
+            raise Refused(f"line {reader.line_num}: not CSV ({shorten(why)})") from None
+        yield start, row
+        start = reader.line_num + 1
+
+
 def _csv_records(binary: Iterable[bytes], where: str, file: str,
                  types: dict[str, str]) -> Iterator[Record]:
     """The records of a CSV input; its header is checked before this returns, so that a
     column the file lacks is refused before any record is sent."""
-    reader = csv.reader(_lines(binary, where))
-    header = next(reader, None)
+    rows = _csv_rows(csv.reader(_lines(binary, where), strict=True))
+    header = next(rows, None)
     if header is None:
         raise Refused(f"{where} is empty: CSV starts with a header naming the attributes")
-    columns = _columns(header, 1, file, types)
+    columns = _columns(header[1], 1, file, types)
 
     def records() -> Iterator[Record]:
-        start = reader.line_num + 1
-        for row in reader:
-            n, start = start, reader.line_num + 1     # a quoted line break spans lines
+        for n, row in rows:
             if not row:
                 continue        # a blank line
             if len(row) != len(columns):
@@ -169,7 +243,11 @@ def _json_records(binary: Iterable[bytes], where: str, file: str,
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_float=_float, parse_constant=BeyondFloat)
+            obj = json.loads(line, parse_float=_float, parse_int=_int,
+                             parse_constant=BeyondFloat, object_pairs_hook=_object)
+        except _Twice as e:
+            raise Refused(f"line {n}: key {shorten(repr(e.key))} appears twice in an "
+                          "object") from None
         except ValueError as e:     # the column, as the line is the input's
             why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
             raise Refused(f"line {n}: not JSON ({shorten(str(why))})") from None

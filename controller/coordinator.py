@@ -224,13 +224,13 @@ class Coordinator:
             finally:
                 self.admission.leave(taken)
 
-    def check_load(self, chunk: pb.LoadRequest) -> Prepared:
+    def check_load(self, chunk: pb.LoadRequest, first: int = 1) -> Prepared:
         """A bulk-load chunk checked like ABDL inserts (a columnar chunk per column,
-        `controller/load.py`)."""
+        `controller/load.py`); a chunk of rows names its records from `first`."""
         self._serving()
         with metrics.handler("REQP", "load"):
             return (load.prepare(self.directory, chunk) if chunk.HasField("columns")
-                    else self.reqp.prepare_load(chunk))
+                    else self.reqp.prepare_load(chunk, first))
 
     async def load(self, p: Prepared) -> AsyncIterator[pb.ExecuteReplies]:
         """Bulk INSERT: one traffic unit per checked chunk."""

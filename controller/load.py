@@ -120,7 +120,7 @@ Replies = list[pb.ExecuteReplies]
 
 
 async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
-                    check: Callable[[pb.LoadRequest], Prepared],
+                    check: Callable[[pb.LoadRequest, int], Prepared],
                     run: Callable[[Prepared], AsyncIterator[pb.ExecuteReplies]],
                     window: int = WINDOW) -> AsyncIterator[pb.ExecuteReplies]:
     """Each chunk checked as it comes, then its traffic unit run with up to `window` in
@@ -140,14 +140,17 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
     failure: Exception | None = None
     lost = range(0)
     after: list[range] = []          # loaded after the failed batch, in flight beside it
+    rows = 0                         # records of the load's chunks of rows so far
     try:
         async for chunk in chunks:
             try:
-                p = check(chunk)
+                first = rows + 1     # a chunk of rows is numbered by those before it
+                p = check(chunk, first)
+                rows += len(chunk.records)
             except Exception as e:    # refused: nothing more is taken
                 failure = e
                 break
-            pending.append((asyncio.create_task(one(p)), _records(chunk)))
+            pending.append((asyncio.create_task(one(p)), _records(chunk, first)))
             while pending and (len(pending) >= window or pending[0][0].done()):
                 task, records = pending.popleft()
                 try:
@@ -175,12 +178,13 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
             task.cancel()
 
 
-def _records(chunk: pb.LoadRequest) -> range:
-    """The numbers of a chunk's records in the load (from 1)."""
+def _records(chunk: pb.LoadRequest, first: int) -> range:
+    """The numbers of a chunk's records in the load (from 1): a columnar batch carries
+    its first; a chunk of rows starts at `first`, after the rows before it."""
     if chunk.HasField("columns"):
         first = chunk.columns.first or 1
         return range(first, first + chunk.columns.count)
-    return range(0)                 # a chunk of rows carries no numbers
+    return range(first, first + len(chunk.records))
 
 
 def _naming(failure: Exception, lost: range, after: list[range]) -> Exception:

@@ -128,15 +128,16 @@ class Reqp:
         self._cache[text] = prepared
         self._cache_text += len(text)
 
-    def prepare_load(self, chunk: pb.LoadRequest) -> Prepared:
-        """A bulk-load chunk as one INSERT request, checked like ABDL inserts."""
+    def prepare_load(self, chunk: pb.LoadRequest, first: int = 1) -> Prepared:
+        """A bulk-load chunk as one INSERT request, checked like ABDL inserts; a record
+        refused is named by its number in the load (the chunk's are `first`, …)."""
         schema = self._file(chunk.file, None)
         names = [a.upper() for a in chunk.attributes]
         for a in names:
             if a not in schema.by_name:
                 raise SemanticError(f"unknown attribute {shorten(a)} in file {schema.name}")
         inserts = []
-        for r, row in enumerate(chunk.records):
+        for r, row in enumerate(chunk.records, start=first):
             if len(row.values) != len(names):
                 raise SemanticError(f"record {r}: {len(row.values)} values for "
                                     f"{len(names)} attributes")
@@ -144,8 +145,11 @@ class Reqp:
             for a, v in zip(names, row.values, strict=True):
                 value = from_pb(v)
                 if value is not None:
-                    values[schema.index[a]] = check_value(schema.by_name[a], value, None,
-                                                          schema.name)
+                    try:
+                        values[schema.index[a]] = check_value(schema.by_name[a], value,
+                                                              None, schema.name)
+                    except SemanticError as e:
+                        raise SemanticError(f"record {r}: {e}") from None
             inserts.append(PreparedInsert(schema.name, values,
                                           row.body if row.HasField("body") else None))
         return Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name),

@@ -45,6 +45,19 @@ def _describe(v: Value) -> str:
     return f"{kind} {shorten(repr(v))}"
 
 
+def _not_utf8(values: Sequence[Value]) -> ColumnError:
+    """The first string of `values` that UTF-8 cannot encode (a lone surrogate), which
+    protobuf refuses with a UnicodeEncodeError naming no record."""
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return ColumnError(i, f"{_describe(v)} is not valid UTF-8 (character "
+                                      f"U+{ord(v[e.start]):04X} at position {e.start})")
+    raise AssertionError("no string of the column fails to encode")
+
+
 def encode(values: Sequence[Value], out: pb.Column) -> None:
     """One attribute's values into `out`: a typed array when they are all of one kind."""
     if values and type(values[0]) in (int, float):
@@ -67,7 +80,10 @@ def encode(values: Sequence[Value], out: pb.Column) -> None:
         return
     if constant and len(values) > 1:
         out.kind = pb.CONSTANT          # sent, checked and decoded once for the batch
-        to_pb(values[0], out.values.add())
+        try:
+            to_pb(values[0], out.values.add())
+        except UnicodeEncodeError:
+            raise _not_utf8(values[:1]) from None
         return
     if kind == pb.INTEGERS:
         try:
@@ -83,13 +99,16 @@ def encode(values: Sequence[Value], out: pb.Column) -> None:
     elif kind == pb.FLOATS:
         out.floats.extend(values)
     elif kind == pb.STRINGS:
-        if len(distinct) <= DICTIONARY_SHARE * len(values):
-            kind = pb.STRING_REFS
-            index = {v: i for i, v in enumerate(distinct)}
-            out.strings.extend(distinct)
-            out.refs.extend(map(index.__getitem__, values))
-        else:
-            out.strings.extend(values)
+        try:
+            if len(distinct) <= DICTIONARY_SHARE * len(values):
+                kind = pb.STRING_REFS
+                index = {v: i for i, v in enumerate(distinct)}
+                out.strings.extend(distinct)
+                out.refs.extend(map(index.__getitem__, values))
+            else:
+                out.strings.extend(values)
+        except UnicodeEncodeError:      # looked for only then: no cost on the common path
+            raise _not_utf8(values) from None
     else:
         kind = pb.VALUES
         for i, v in enumerate(values):
@@ -97,6 +116,8 @@ def encode(values: Sequence[Value], out: pb.Column) -> None:
                 to_pb(v, out.values.add())
             except (SemanticError, TypeError) as e:
                 raise ColumnError(i, str(e)) from None
+            except UnicodeEncodeError:
+                raise _not_utf8(values) from None     # the first such is this one
     out.kind = kind
 
 
@@ -147,6 +168,13 @@ def load_requests(file: str, attributes: list[str],
     batches before its own, with its refusal in `refused`: raised inside gRPC's request
     iterator it would come back as UNKNOWN, unnamed."""
     width, first, it = len(attributes), 1, iter(rows)
+    for name in (file, *attributes):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as e:
+            refused.append(f"name {shorten(repr(name))} is not valid UTF-8 (character "
+                           f"U+{ord(name[e.start]):04X} at position {e.start})")
+            return
     while part := list(islice(it, chunk)):
         values = list(map(itemgetter(0), part))
         bodies = list(map(itemgetter(1), part))

@@ -166,7 +166,7 @@ def test_a_load_that_fails_at_the_backends_names_the_records_loaded_after_it() -
 
     async def drain() -> int:
         n = 0
-        async for _ in load.pipelined(feed(), prepare, run, window=4):
+        async for _ in load.pipelined(feed(), lambda c, first: prepare(c), run, window=4):
             n += 1
         return n
 
