@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from itertools import groupby
 
 from backend.recp_sql import json_array
 from backend.store import ROWID, Store, as_json, col, file_def, table, transaction
@@ -145,14 +146,18 @@ def roll_back(conn: sqlite3.Connection, unit: int,
                                             (unit,))}
     undo = conn.execute("SELECT file, lo, hi, image FROM undo WHERE unit = ? ORDER BY id DESC",
                         (unit,)).fetchall()
-    for file, lo, hi, image in undo:
-        schema = files[file]
-        if image is None:      # the rows an INSERT added
-            conn.execute(f"DELETE FROM {table(file)} WHERE rid BETWEEN ? AND ?", (lo, hi))
-        else:                  # a row as it was before an UPDATE or DELETE (lo: its rowid)
-            cols = _columns(schema)
-            conn.execute(f"INSERT OR REPLACE INTO {table(file)} (rid, {', '.join(cols)}) "
-                         f"VALUES (?{', ?' * len(cols)})", (lo, *json.loads(image)))
+    # Newest first; a run of one file's entries of one kind is one executemany, in order
+    # (of two old images of a row, the older is put back last). The images are decoded
+    # here: SQLite's json_extract would cut a string at a NUL.
+    for (file, whole), run in groupby(undo, key=lambda u: (u[0], u[3] is not None)):
+        if not whole:          # the rows an INSERT added
+            conn.executemany(f"DELETE FROM {table(file)} WHERE rid BETWEEN ? AND ?",
+                             [(lo, hi) for _, lo, hi, _ in run])
+            continue
+        cols = _columns(files[file])   # rows as they were before an UPDATE or DELETE
+        conn.executemany(f"INSERT OR REPLACE INTO {table(file)} (rid, {', '.join(cols)}) "
+                         f"VALUES (?{', ?' * len(cols)})",
+                         [(lo, *json.loads(image)) for _, lo, _, image in run])
     Store.restore_files(conn, before)
     forget(conn, unit)
     return before

@@ -63,7 +63,7 @@ def test_a_rolled_back_unit_leaves_every_row_as_it_was(tmp_path: Path) -> None:
     conn.execute("BEGIN")
     log = undo.UndoLog(conn, ("e", 7))
     schema = files["T"]
-    # The row with the highest rowid is deleted, then an INSERT reuses its rowid.
+    # The row with the highest rowid is deleted, then an INSERT adds rows (above it).
     log.rows(schema, '"K" = ?', [3])
     conn.execute('DELETE FROM "r_T" WHERE "K" = 3')
     insert(conn, log, (2, 4, 4.0, "d", None), (2, 5, 5.0, "e", None))
@@ -80,6 +80,29 @@ def test_a_rolled_back_unit_leaves_every_row_as_it_was(tmp_path: Path) -> None:
     assert rows(conn) == before
     assert undo.in_doubt(conn) == {}
     assert conn.execute("SELECT COUNT(*) FROM undo").fetchone() == (0,)
+
+
+def test_a_roll_back_puts_back_every_value_exactly(tmp_path: Path) -> None:
+    """Old rows come back as they were, whatever they hold (a NUL in a string, the
+    integers' and floats' extremes, text that looks like JSON), the older image of a
+    row written twice last."""
+    store, files = store_with_table(tmp_path)
+    conn = store.writer()
+    insert(conn, None, (1, 2**63 - 1, 1e300, "a\x00b", '{"x": 1}'),
+           (1, -2**63, 5e-324, "123", None), (1, 0, 0.1, "null", "[1, 2]"),
+           (1, 7, None, "ünï\u2028'\"", "\\n"))
+    before = rows(conn)
+    conn.execute("BEGIN")
+    log = undo.UndoLog(conn, ("e", 8))
+    log.rows(files["T"], "1 = 1", [])
+    conn.execute('UPDATE "r_T" SET "S" = \'once\', "V" = 1.0')
+    log.rows(files["T"], "1 = 1", [])
+    conn.execute('DELETE FROM "r_T"')
+    conn.execute("COMMIT")
+    conn.execute("BEGIN")
+    undo.roll_back(conn, log.unit, files)
+    conn.execute("COMMIT")
+    assert rows(conn) == before
 
 
 def test_a_committed_unit_keeps_its_writes_and_forgets_its_undo_rows(tmp_path: Path) -> None:
