@@ -212,6 +212,9 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
         fail(e)
     started.set()
     click.echo(f"controller {address}  backends {n}  data {data_dir}")
+    if address != DEFAULT_CONTROLLER:      # the other commands look at the default port
+        click.echo(f"  the other commands reach it with --controller {address}, or after "
+                   f"export MBDS_CONTROLLER={address}")
     for i, b in enumerate(cluster.backends):
         click.echo(f"  backend b{i} {b.address}")
     click.echo(f"internal links: mutual TLS (certificates in {cluster.tls_dir}); clients: "

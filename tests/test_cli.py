@@ -49,6 +49,7 @@ def test_up_exec_define_load_table2_and_clean_stop(tmp_path: Path) -> None:
     up = Up(tmp_path / "data", 2)
     try:
         assert f"controller {up.addr}" in "".join(up.out)
+        assert f"export MBDS_CONTROLLER={up.addr}" in "".join(up.out)
         (tmp_path / "census.yaml").write_text(CENSUS_YAML)
         r = mbds("define", str(tmp_path / "census.yaml"), "--controller", up.addr)
         assert r.returncode == 0 and "created CENSUS" in r.stdout, r.stderr
