@@ -37,16 +37,25 @@ Ctrl-C while a request runs cancels it."""
 HELP_WORDS = ("help", "\\?", "\\h")
 
 
+# The exit code of a script stopped by --on-error-stop, psql's for ON_ERROR_STOP.
+STOPPED_ON_ERROR = 3
+
+
 @click.command()
 @controller_option
-def shell(controller: str) -> None:
+@click.option("--on-error-stop", is_flag=True,
+              help="Input that is not a terminal: stop at the first request that fails, "
+                   f"with exit code {STOPPED_ON_ERROR} (by default it is named and the "
+                   "next one runs, exit code 0, as psql does).")
+def shell(controller: str, on_error_stop: bool) -> None:
     """Interactive ABDL prompt with history, multi-line input and tables."""
-    run_shell(controller)
+    run_shell(controller, on_error_stop)
 
 
-def run_shell(address: str) -> None:
+def run_shell(address: str, on_error_stop: bool = False) -> None:
     if not sys.stdin.isatty():
-        run_script(address, sys.stdin)
+        if not run_script(address, sys.stdin, on_error_stop):
+            sys.exit(STOPPED_ON_ERROR)
         return
     history = Path.home() / ".mbds" / "history"
     history.parent.mkdir(parents=True, exist_ok=True)
@@ -77,11 +86,12 @@ def run_shell(address: str) -> None:
             answer(client, text)
 
 
-def run_script(address: str, lines: Iterable[str]) -> None:
+def run_script(address: str, lines: Iterable[str], on_error_stop: bool = False) -> bool:
     """Input that is not a terminal (`mbds shell < requests.abdl`, a pipe): each request
     run as soon as its brackets are balanced, as Enter would, with no prompt or line
     editing; it ends at the end of the input or at \\q. A request that fails is named
-    and the next one runs, as psql does with a script."""
+    and the next one runs, as psql does with a script; with `on_error_stop` the script
+    stops there instead, and False is returned."""
     pending = ""
     with Client(address) as client:
         for line in lines:
@@ -92,25 +102,30 @@ def run_script(address: str, lines: Iterable[str]) -> None:
                 break
             if text and (text.startswith("\\") or text.lower() in HELP_WORDS
                          or _complete(text)):
-                answer(client, text)
                 pending = ""
+                if not answer(client, text) and on_error_stop:
+                    return False
         if pending.strip():
-            answer(client, pending.strip())
+            return answer(client, pending.strip()) or not on_error_stop
+    return True
 
 
-def answer(client: Client, text: str) -> None:
-    """Run one line's request or command and show what it gives, or why it failed."""
+def answer(client: Client, text: str) -> bool:
+    """Run one line's request or command and show what it gives, or why it failed
+    (False)."""
     try:
         text = utf8(text, "the line")
         if text.lower() in HELP_WORDS:
             console.print(HELP, markup=False, highlight=False)
         elif text.startswith("\\"):
-            command(client, text)
+            return command(client, text)
         else:
             for r in execute_cancellable(client, text):
                 render_result(r)
     except (NotUtf8, ClientError) as e:
         console.print(f"error: {e}", style="red", markup=False, highlight=False)
+        return False
+    return True
 
 
 class History(FileHistory):
@@ -141,8 +156,9 @@ def execute_cancellable(client: Client, text: str) -> list[Result]:
         raise
 
 
-def command(client: Client, text: str) -> None:
-    """One backslash command; a wrong one is named, with where to find the right ones."""
+def command(client: Client, text: str) -> bool:
+    """One backslash command; a wrong one is named, with where to find the right ones
+    (False)."""
     name, *args = text.split()
     if name == "\\d" and len(args) <= 1:
         s = client.status(args[0] if args else "")
@@ -158,6 +174,8 @@ def command(client: Client, text: str) -> None:
         usage = {"\\d": "\\d takes one file name at most", "\\s": "\\s takes nothing"}
         console.print(f"error: {usage.get(name) or 'unknown command ' + shorten(name, 20)}; "
                       "help lists the commands", style="red", markup=False, highlight=False)
+        return False
+    return True
 
 
 def _complete(text: str) -> bool:

@@ -186,3 +186,12 @@ def test_input_that_is_not_a_terminal_runs_as_a_script(cluster_factory, tmp_path
                          capture_output=True, text=True, env={"HOME": str(tmp_path)},
                          timeout=60)
     assert out.returncode == 0 and "NOWHERE" not in out.stdout, out.stdout + out.stderr
+    # --on-error-stop: the script stops at the failed request, with psql's exit code 3.
+    out = subprocess.run([sys.executable, "-m", "mbds", "shell", "--controller",
+                          r.cluster.address, "--on-error-stop"], input=script,
+                         capture_output=True, text=True,
+                         env={"HOME": str(tmp_path), "COLUMNS": "120"}, timeout=60)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "unknown file NOWHERE" in out.stdout and "STATES" not in out.stdout   # no \d
+    [res] = r.client.execute("RETRIEVE (FILE = Census) (COUNT(CITY))")
+    assert res.records == [{"COUNT(CITY)": 2}]              # the INSERT ran again, once
