@@ -9,6 +9,7 @@ from rich.text import Text
 from mbds.client import Result
 
 console = Console()
+NULL = Text("(null)", style="dim")
 
 
 def render_result(r: Result, *, max_rows: int = 200) -> None:
@@ -16,8 +17,9 @@ def render_result(r: Result, *, max_rows: int = 200) -> None:
     if r.columns and r.op in ("RETRIEVE", "RETRIEVE_COMMON"):
         t = Table(*r.columns, show_lines=False)
         for rec in r.records[:max_rows]:
-            # Text, not str: a stored value is shown as it is, never read as markup.
-            t.add_row(*(Text("" if rec.get(c) is None else str(rec.get(c)))
+            # Text, not str: a stored value is shown as it is, never read as markup. A
+            # null is shown as psql's `\pset null '(null)'` does, apart from ''.
+            t.add_row(*(NULL if rec.get(c) is None else Text(str(rec.get(c)))
                         for c in r.columns))
         console.print(t)
         if len(r.records) > max_rows:

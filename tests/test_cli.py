@@ -159,6 +159,17 @@ def test_a_table_shows_stored_values_as_they_are_never_as_markup() -> None:
     assert "[/]" in out.get() and "[red]secret[/red] x" in out.get()
 
 
+def test_a_table_tells_a_null_from_an_empty_string() -> None:
+    from cli import tables
+    from mbds.client import Result
+    r = Result("RETRIEVE", ["S", "N"], [{"S": "", "N": 1}, {"S": None, "N": 2}],
+               {"records_retrieved": 2, "backends": []})
+    with tables.console.capture() as out:
+        tables.render_result(r)
+    empty, null = [line for line in out.get().splitlines() if "1" in line or "2" in line][:2]
+    assert "(null)" in null and "(null)" not in empty, out.get()
+
+
 def test_a_controller_that_cannot_start_says_why_and_stops(cluster_factory,
                                                            tmp_path: Path) -> None:
     """A controller whose backends it refuses at start (here one backend given twice:
