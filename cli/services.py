@@ -37,7 +37,10 @@ def _metrics(port: int | None, listen: str) -> int:
         return 0
     from prometheus_client import start_http_server
     host = listen.rsplit(":", 1)[0].strip("[]")
-    server, _ = start_http_server(port, addr=host)
+    try:
+        server, _ = start_http_server(port, addr=host)
+    except OSError as e:        # named as the gRPC ports are (`mbds.service.listen_on`)
+        fail(f"/metrics cannot listen on {host}:{port}: {e.strerror or e}")
     # Read by LocalCluster (mbds/cluster.py), which shows it to the user of `mbds up`.
     print(f"metrics on http://{host}:{server.server_port}/metrics", flush=True)
     return server.server_port
@@ -64,7 +67,7 @@ def _exit_stopped() -> NoReturn:
               help="SQLite synchronous mode (WAL: NORMAL survives a process crash).")
 @click.option("--in-memory", is_flag=True,
               help="Keep records in memory only (durability benchmarks; nothing survives).")
-@click.option("--metrics-port", type=int,
+@click.option("--metrics-port", type=click.IntRange(0, 65535),
               help="Serve Prometheus /metrics on this port (0: any free one).")
 @tls_options
 @event_loop_option
@@ -111,7 +114,7 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
               help="Abort a traffic unit whose client leaves a reply untaken this long, "
                    "seconds (its locks are released).")
 @split_search_option
-@click.option("--metrics-port", type=int,
+@click.option("--metrics-port", type=click.IntRange(0, 65535),
               help="Serve Prometheus /metrics on this port (0: any free one).")
 @click.option("--data-dir", type=click.Path(path_type=Path), required=True,
               help="The controller's commit decisions (decisions.db).")
@@ -166,7 +169,7 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
 @click.option("--internal-timing", type=click.Choice(["on", "off"]), default="on",
               show_default=True)
 @click.option("--synchronous", default="NORMAL", show_default=True)
-@click.option("--metrics-port", type=int,
+@click.option("--metrics-port", type=click.IntRange(0, 65535),
               help="Controller /metrics port; backend K uses +1+K (default: free ports).")
 @click.option("--no-metrics", is_flag=True, help="Serve no Prometheus /metrics.")
 @click.option("--backend-cpus", type=float,
@@ -186,6 +189,9 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
     --metrics-port), printed once ready; --no-metrics serves none."""
     if no_metrics and metrics_port is not None:
         raise click.UsageError("give --metrics-port or --no-metrics, not both")
+    if metrics_port and not 0 < metrics_port + n <= 65535:
+        raise click.UsageError(f"--metrics-port {metrics_port}: the backends' ports, up to "
+                               f"{metrics_port + n}, must be at most 65535")
     if not no_metrics and metrics_port is None:
         metrics_port = 0                # every process binds a free port of its own
     from mbds.cluster import LocalCluster, ProcessFailed

@@ -156,8 +156,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                               split_search_from=split_search_from,
                               connect_timeout=connect_timeout, synchronous=synchronous,
                               log_path=data_dir / "decisions.db" if data_dir else None,
-                              metrics_url=f"http://{iig_address.rsplit(':', 1)[0]}:{metrics_port}"
-                                          "/metrics" if metrics_port else "")
+                              metrics_url=_metrics_url(host, iig_address, metrics_port))
     controller = ControllerServicer(coordinator)
     rpc.add_ControllerServicer_to_server(controller, server)
     rpc.add_IigServicer_to_server(IigServicer(coordinator), internal)
@@ -188,3 +187,13 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     await server.stop(grace)
     await internal.stop(grace)
     await coordinator.close()
+
+
+def _metrics_url(host: str, iig_address: str, port: int) -> str:
+    """Where this controller's /metrics is served (on the --listen host, `cli/services`):
+    on a wildcard address, by the name the backends reach it by (--advertise)."""
+    if not port:
+        return ""
+    if host in ("0.0.0.0", "[::]", ""):
+        host = iig_address.rsplit(":", 1)[0]
+    return f"http://{host}:{port}/metrics"

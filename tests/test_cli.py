@@ -211,3 +211,43 @@ def test_a_controller_missing_a_backend_of_its_cluster_does_not_serve(
     r.cluster.restart_controller()
     [res] = r.client.execute("RETRIEVE (FILE = Census) (COUNT(CITY))")
     assert res.records == [{"COUNT(CITY)": 1}]
+
+
+def test_a_controller_lists_the_metrics_url_it_serves(cluster_factory, tmp_path: Path) -> None:
+    """/metrics is served on the --listen host; the URL `mbds status` lists is that one,
+    not the host the backends reach IIG on (which `mbds report handlers` then failed
+    to scrape)."""
+    import urllib.request
+
+    from mbds.client import Client
+    from mbds.cluster import Proc
+    r = cluster_factory(1)
+    assert r.cluster.controller is not None and r.cluster.tls_dir is not None
+    r.cluster.controller.stop()
+    args = ["controller", "--listen", "127.0.0.2:0", "--internal-listen", "127.0.0.1:0",
+            "--backends", r.cluster.backends[0].address or "", "--metrics-port", "0",
+            "--tls-dir", str(r.cluster.tls_dir), "--client-plaintext",
+            "--data-dir", str(tmp_path / "c")]
+    proc = Proc("controller", args)
+    try:
+        with Client(proc.wait_ready(60)) as c:
+            url = c.status().metrics_url
+        assert url.startswith("http://127.0.0.2:"), url
+        with urllib.request.urlopen(url, timeout=10) as page:
+            assert b"mbds_" in page.read()
+    finally:
+        proc.stop()
+
+
+def test_a_metrics_port_in_use_is_named_without_a_traceback(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = mbds("backend", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "b"),
+                 "--metrics-port", str(port))
+    assert r.returncode == 1, r.stderr
+    assert f"error: /metrics cannot listen on 127.0.0.1:{port}: " in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    r = mbds("up", "--metrics-port", "65535", "--data-dir", str(tmp_path / "u"))
+    assert r.returncode == 2 and "must be at most 65535" in r.stderr, r.stderr
