@@ -22,7 +22,7 @@ from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
 from mbds.cluster import end_with_launcher
 from mbds.dirlock import DirInUse
-from mbds.doors import DoorError, load_tokens
+from mbds.doors import DoorError, TokensFile
 from mbds.errors import MbdsError
 from mbds.service import ListenError
 from mbds.tls import TlsError
@@ -155,7 +155,7 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
                             data_dir=data_dir, synchronous=synchronous,
                             internal_listen=internal_listen, tls_dir=tls_dir,
                             client_plaintext=client_plaintext, insecure=insecure,
-                            tokens=load_tokens(tokens) if tokens else None), event_loop)
+                            tokens=TokensFile(tokens) if tokens else None), event_loop)
     except (TlsError, DoorError, DirInUse, ListenError, MbdsError) as e:
         fail(e)       # a backend refused at start, say: named, with no traceback
     _exit_stopped()

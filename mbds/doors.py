@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextvars
 import hmac
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from typing import Any
 import grpc
 
 from mbds.tls import peer_role
+
+log = logging.getLogger("mbds.doors")
 
 READ, WRITE = "read", "write"
 # The access of the client whose call is being handled: a read-only token may RETRIEVE only.
@@ -105,15 +109,64 @@ def load_tokens(path: Path) -> dict[str, str]:
     return tokens
 
 
+class TokensFile:
+    """A tokens file as the controller holds it: read again when it changes (looked at
+    most once a second), so a token added works and a token removed is refused without
+    a restart. A file that can no longer be read or parsed leaves the tokens as they
+    were, and says so in the log."""
+
+    RECHECK_S = 1.0
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stamp = self._stamp()
+        self.tokens = _encoded(load_tokens(path))      # a bad file at start is refused
+        self.checked = time.monotonic()
+
+    def _stamp(self) -> tuple[int, int, int]:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return (0, 0, 0)
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def current(self) -> list[tuple[bytes, str]]:
+        now = time.monotonic()
+        if now - self.checked >= self.RECHECK_S:
+            self.checked = now
+            stamp = self._stamp()
+            if stamp != self.stamp:
+                self.stamp = stamp
+                try:
+                    self.tokens = _encoded(load_tokens(self.path))
+                    log.info("tokens file %s read again: %d tokens", self.path,
+                             len(self.tokens))
+                except DoorError as e:
+                    log.error("tokens file changed but cannot be used, tokens kept as they "
+                              "were: %s", e)
+        return self.tokens
+
+
+def _encoded(tokens: Mapping[str, str]) -> list[tuple[bytes, str]]:
+    return [(t.encode(), a) for t, a in tokens.items()]
+
+
 class TokenDoor(grpc.aio.ServerInterceptor):
     """The client port: a call passes with a known token (`authorization: Bearer T`).
 
     A write token may do anything; a read token may call what cannot change data
     (`read_methods`), and the handler learns its access from ACCESS to refuse a
-    write inside a request text. Health checks need no token."""
+    write inside a request text. Health checks need no token. Tokens are checked when a
+    call starts: a session opened before a token was removed lasts until it ends."""
 
-    def __init__(self, tokens: Mapping[str, str], read_methods: frozenset[str]) -> None:
-        self.tokens = [(t.encode(), a) for t, a in tokens.items()]
+    def __init__(self, tokens: Mapping[str, str] | TokensFile,
+                 read_methods: frozenset[str]) -> None:
+        self.tokens: Callable[[], list[tuple[bytes, str]]]
+        if isinstance(tokens, TokensFile):
+            self.tokens = tokens.current
+        else:
+            fixed = _encoded(tokens)
+            self.tokens = lambda: fixed
         self.read_methods = read_methods
 
     def _access(self, metadata: Any) -> str | None:
@@ -122,7 +175,7 @@ class TokenDoor(grpc.aio.ServerInterceptor):
         if scheme.lower() != "bearer":
             return None
         found = None
-        for known, access in self.tokens:    # every comparison runs, in constant time
+        for known, access in self.tokens():    # every comparison runs, in constant time
             if hmac.compare_digest(known, token.encode()):
                 found = access
         return found

@@ -113,6 +113,36 @@ def guarded(cluster_factory, tmp_path: Path) -> tuple[Running, dict[str, str], P
     return r, tokens, ca
 
 
+def test_a_changed_tokens_file_is_read_again_without_a_restart(guarded, tmp_path) -> None:
+    """A token removed from the file is refused and one added passes, with the controller
+    running; a file changed into one it cannot use leaves the tokens as they were."""
+    from tests.crashes import wait_for
+    r, tokens, ca = guarded
+    address, new = r.cluster.address, "n" * 32
+    (tmp_path / "tokens").write_text(f"write {new}\nread {tokens['read']}\n")
+
+    def refused(token: str) -> bool:
+        with Client(address, timeout=10, ca=ca, token=token) as c:
+            try:
+                c.execute(ALL)
+            except ClientError as e:
+                assert e.code == "UNAUTHENTICATED", e
+                return True
+            return False
+    wait_for(lambda: refused(tokens["write"]), 30, "the removed token refused")
+    with Client(address, timeout=10, ca=ca, token=new) as c:
+        c.execute(ROW.format(c="b", p=2))
+    (tmp_path / "tokens").write_text("write short\n")
+    assert r.cluster.controller is not None
+    tail = r.cluster.controller.tail
+
+    def looked() -> bool:            # the door looks at the file when a call comes
+        assert not refused(new)
+        return any("cannot be used" in line for line in tail)
+    wait_for(looked, 30, "the controller looked at the broken file")
+    assert not refused(new) and refused(tokens["write"])
+
+
 def test_the_client_port_needs_tls_and_a_known_token(guarded) -> None:
     r, tokens, ca = guarded
     address = r.cluster.address
