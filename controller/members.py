@@ -30,6 +30,8 @@ class Members:
     def __init__(self, directory: Path | None) -> None:
         self.path = None if directory is None else directory / FILE
         self.names: set[str] = set()
+        # Those seen holding this cluster's id: their data dirs have served it.
+        self.served: set[str] = set()
         self.cluster = ""                 # until `identify`
         if self.path is not None and self.path.exists():
             try:
@@ -39,12 +41,14 @@ class Members:
                 if not isinstance(kept, dict):
                     raise ValueError("not a cluster id and a list of backend names")
                 names, cluster = kept.get("backends"), kept.get("cluster")
-                if not (isinstance(names, list) and all(isinstance(n, str) for n in names)
+                served = kept.get("served", [])
+                if not (isinstance(names, list) and isinstance(served, list)
+                        and all(isinstance(n, str) for n in names + served)
                         and isinstance(cluster, str)):
                     raise ValueError("not a cluster id and a list of backend names")
             except ValueError as e:
                 raise BackendUnavailable(f"{self.path}: {shorten(str(e))}") from None
-            self.names, self.cluster = set(names), cluster
+            self.names, self.served, self.cluster = set(names), set(served), cluster
 
     def identify(self, held: dict[str, str]) -> None:
         """Settle the cluster's id from what each backend met holds (name -> id, "" for
@@ -74,6 +78,24 @@ class Members:
                 f"this controller's cluster {ours}{where}: a backend's records are "
                 "its own cluster's, and it joins no other")
 
+    def check_kept(self, name: str, address: str, cluster: str) -> None:
+        """Refuse backend `name` if it holds no cluster id though it has served this
+        cluster: its data dir is empty or was replaced, and the records it held are not
+        there (admitted, it would answer without them, for good)."""
+        if cluster or name not in self.served:
+            return
+        raise BackendUnavailable(
+            f"backend {shorten(name)} ({address}) holds no data of this cluster, though it "
+            f"has served it: its data dir is empty or was replaced, and its part of every "
+            f"cluster is not there. Start it on its own data dir; to go on without the "
+            f"records it held, remove {shorten(name)} from \"served\" in {self.path}")
+
+    def serving(self, name: str) -> None:
+        """Backend `name` holds this cluster's id: remember it (durably, the first time)."""
+        if name not in self.served:
+            self.served.add(name)
+            self.keep()
+
     def check_all(self, met: list[str]) -> None:
         """Refuse a start that met only some of the backends the cluster has had."""
         missing = sorted(self.names - set(met))
@@ -98,7 +120,8 @@ class Members:
             return
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump({"cluster": self.cluster, "backends": sorted(self.names)}, f)
+            json.dump({"cluster": self.cluster, "backends": sorted(self.names),
+                       "served": sorted(self.served)}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)

@@ -85,7 +85,7 @@ class Membership:
             self._one_controller(link, reply)
         self.members.keep()             # the cluster's id, before any backend is told it
         await self._join(self.links, every=True)
-        await self._buses_taken()
+        await self._buses_taken(self.links)
         self.decisions.met_every_backend()
 
     async def _join(self, links: list[BackendLink], every: bool = False) -> None:
@@ -113,9 +113,11 @@ class Membership:
                                          f"directory is refused: {e}") from None
         for name in names:
             # A known backend at a new address (a re-created container): same data,
-            # same identity; the new link replaces the old one.
+            # same identity; the new link replaces the old one, once the old address no
+            # longer answers as it (two live backends of one name would take turns).
             old = next((x for x in self.links if x.name == name and x not in links), None)
             if old is not None:
+                await self._gone(old, next(x for x in links if x.name == name))
                 self.links.remove(old)
                 await old.close()
         self.members.admit(names)
@@ -134,6 +136,18 @@ class Membership:
             await self._sync(link, digest)
             self.bus.open(link)
 
+    @staticmethod
+    async def _gone(old: BackendLink, new: BackendLink) -> None:
+        """Refuse `new` if the backend of the same name still answers at its old address."""
+        try:
+            reply = await old.stub.Hello(pb.HelloRequest(), timeout=1.0)
+        except grpc.aio.AioRpcError:
+            return
+        if reply.name == old.name:
+            raise BackendUnavailable(
+                f"two backends named {shorten(old.name)} answer, at {old.address} and at "
+                f"{new.address}: each data dir serves as one backend; stop one of them")
+
     async def add_backends(self, addresses: list[str]) -> None:
         """A backend joined (e.g. `--scale backend=4`): admit it between traffic units."""
         new = [BackendLink(a) for a in addresses
@@ -143,6 +157,7 @@ class Membership:
         async with self._between_units():
             try:
                 await self._join(new)
+                await self._buses_taken(new)
             except BaseException:
                 for link in new:        # refused before it was admitted: tried again anew
                     if link not in self.links:
@@ -221,20 +236,25 @@ class Membership:
             raise BackendUnavailable("the controller is starting: it has not yet met "
                                      "its backends")
         self.members.check(f"{link.name} ({link.address})", reply.cluster)
+        self.members.check_kept(link.name, link.address, reply.cluster)
+        if reply.cluster:
+            self.members.serving(link.name)
         self._one_controller(link, reply)
         link.metadata = ((CLUSTER_KEY, self.members.cluster), (EPOCH_KEY, self.bus.epoch))
 
-    async def _buses_taken(self) -> None:
-        """Wait until every backend serves this controller's bus. Two controllers started
-        at once can both pass the hello, before either has a bus open; a backend takes
-        one bus only, and the controller it refused must not start as if it served."""
+    async def _buses_taken(self, links: list[BackendLink]) -> None:
+        """Wait until each of `links` serves this controller's bus, holding the cluster's
+        id. Two controllers started at once can both pass the hello, before either has a
+        bus open; a backend takes one bus only, and the controller it refused must not
+        start as if it served."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.connect_timeout
-        for link in self.links:
+        for link in links:
             while True:
                 reply = await link.hello(self.connect_timeout)
                 self._one_controller(link, reply)
-                if reply.bus_epoch == self.bus.epoch:
+                if reply.bus_epoch == self.bus.epoch and reply.cluster:
+                    self.members.serving(link.name)
                     break
                 if not link.up:          # refused: the bus's error says why
                     raise link.unavailable()

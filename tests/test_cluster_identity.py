@@ -172,7 +172,9 @@ def test_members_keep_the_cluster_id_and_read_the_names_kept_before_it(tmp_path:
     assert json.loads((tmp_path / "members.json").read_text()) == ["b0", "b1"]
     m.keep()
     assert json.loads((tmp_path / "members.json").read_text()) == {
-        "cluster": "c1", "backends": ["b0", "b1"]}
+        "cluster": "c1", "backends": ["b0", "b1"], "served": []}
+    m.serving("b1")                             # seen holding the cluster's id
+    assert Members(tmp_path).served == {"b1"}
     assert Members(tmp_path).cluster == "c1"
     with pytest.raises(BackendUnavailable, match="backend b2 belongs to cluster c2, not "
                        "to this controller's cluster c1"):

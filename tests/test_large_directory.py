@@ -5,10 +5,14 @@ starts again, and a backend that lost its copy gets the whole of it back."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
 
+import pytest
+
+from mbds.cluster import ProcessFailed
 from mbds.directory import Directory
 from mbds.directory_parts import DIRECTORY_PART, DirectoryParts, directory_entries, directory_parts
 from mbds.proto import mbds_pb2 as pb
@@ -84,9 +88,18 @@ def test_a_directory_larger_than_a_message_survives_restarts(tmp_path: Path) -> 
     finally:
         r.close()
 
-    # A backend whose data is gone (a new disk) starts with an empty directory: the
-    # controller sends it the whole directory, in parts, before it opens its bus.
+    # A backend whose data is gone (a new disk) is refused: it would answer without its
+    # records. Once its loss is accepted (its name taken out of "served"), it starts with
+    # an empty directory, and the controller sends it the whole directory, in parts,
+    # before it opens its bus.
     shutil.rmtree(data / "b1")
+    with pytest.raises(ProcessFailed) as err:
+        start_cluster(data, 2)
+    assert "backend b1" in str(err.value) and "holds no data of this cluster" in str(err.value)
+    members = data / "controller" / "members.json"
+    kept = json.loads(members.read_text())
+    kept["served"].remove("b1")
+    members.write_text(json.dumps(kept))
     r = start_cluster(data, 2)
     try:
         digests = backend_digests(r)

@@ -1,0 +1,101 @@
+"""A backend's place in its cluster is its data: one that has served the cluster and
+comes back without that data (an empty or replaced data dir) is refused, naming it,
+rather than answering without its records; so is a second live backend of one name.
+Real backend processes, a controller in the test's own process."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from controller.coordinator import Coordinator
+from mbds.client import collect
+from mbds.cluster import Proc
+from mbds.errors import BackendUnavailable
+from tests.conftest import CENSUS_YAML
+
+COUNT = "RETRIEVE (FILE = Census) (COUNT(CITY))"
+
+
+async def _execute(c: Coordinator, text: str) -> list:
+    return collect([r async for batch in c.execute(text) for r in batch.replies])
+
+
+def backend(data: Path, listen: str = "127.0.0.1:0") -> Proc:
+    return Proc(data.name, ["backend", "--listen", listen, "--data-dir", str(data)])
+
+
+def test_a_backend_back_with_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
+    procs = [backend(tmp_path / f"b{i}") for i in range(2)]
+
+    async def scenario() -> None:
+        addrs = [p.wait_ready(30) for p in procs]
+        c = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "c" / "decisions.db")
+        await c.start()
+        await c.define(CENSUS_YAML)
+        for i in range(10):
+            await _execute(c, f"INSERT (<FILE, Census>, <CITY, c{i}>, <POP, {i}>)")
+        procs[1].stop()
+        shutil.rmtree(tmp_path / "b1")               # a new, empty disk
+        procs[1] = backend(tmp_path / "b1", addrs[1])
+        procs[1].wait_ready(30)
+        errors = []
+        for _ in range(100):     # the first finds the old bus broken, the next meets b1
+            with pytest.raises(BackendUnavailable) as err:      # never an answer
+                await _execute(c, COUNT)
+            errors.append(str(err.value))
+            if "holds no data" in errors[-1]:
+                break
+            await asyncio.sleep(0.1)
+        assert errors[-1].startswith("backend b1 (") and \
+            "holds no data of this cluster, though it has served it" in errors[-1], errors
+        await c.close()
+        # A controller started again refuses it too (it was answering 5 of 10 records).
+        again = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "c" / "decisions.db")
+        with pytest.raises(BackendUnavailable, match="holds no data of this cluster"):
+            await again.start()
+        await again.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def test_a_second_live_backend_of_one_name_is_refused(tmp_path: Path) -> None:
+    """A copy of b0's data dir started at another address while b0 serves (they would
+    replace each other in turn): refused, and b0 keeps serving."""
+    procs = [backend(tmp_path / f"b{i}") for i in range(2)]
+
+    async def scenario() -> None:
+        addrs = [p.wait_ready(30) for p in procs]
+        c = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "c" / "decisions.db")
+        await c.start()
+        await c.define(CENSUS_YAML)
+        for i in range(10):
+            await _execute(c, f"INSERT (<FILE, Census>, <CITY, c{i}>, <POP, {i}>)")
+        copy = tmp_path / "copy" / "b0"
+        copy.mkdir(parents=True)
+        with closing(sqlite3.connect(tmp_path / "b0" / "backend.db")) as src, \
+                closing(sqlite3.connect(copy / "backend.db")) as dst:
+            src.backup(dst)
+        procs.append(backend(copy))
+        with pytest.raises(BackendUnavailable) as err:
+            await c.add_backends([procs[-1].wait_ready(30)])
+        assert "two backends named b0 answer" in str(err.value), err.value
+        assert [x.address for x in c.links] == addrs
+        [res] = await _execute(c, COUNT)
+        assert res.records == [{"COUNT(CITY)": 10}]
+        await c.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for p in procs:
+            p.stop()
