@@ -114,6 +114,8 @@ class BackendLink:
             reply = await self.stub.Hello(pb.HelloRequest(), timeout=timeout,
                                           wait_for_ready=True)
         except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise self.unavailable(f"no answer to a hello within {timeout:g} s") from None
             raise self.unavailable(e.details() or e.code().name) from None
         if self.named and reply.name != self.name:
             # Its records live only in that backend: another one must not take its place.

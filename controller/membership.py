@@ -35,6 +35,7 @@ log = logging.getLogger("mbds.controller")
 # Reads of a backend's directory before the controller gives up on one that keeps
 # changing between its parts.
 DIRECTORY_READS = 3
+RETRY_AFTER = 1.0      # seconds a failed reconnection answers for, before another is tried
 
 
 def _position(p: pb.DirectoryPosition) -> tuple[int, str, int]:
@@ -62,6 +63,7 @@ class Membership:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._connecting = asyncio.Lock()
+        self._failed: tuple[float, str] | None = None    # when and why a reconnection failed
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -278,17 +280,28 @@ class Membership:
                                        self.timeout)
 
     async def ensure_up(self) -> None:
-        """Reconnect any backend whose bus broke; refuse work while one is unreachable."""
+        """Reconnect any backend whose bus broke; refuse work while one is unreachable.
+        Requests that come while a reconnection is tried, or within RETRY_AFTER of one
+        that failed, take its failure: they do not each try again, one after another."""
         if all(link.up for link in self.links):
             return
+        loop = asyncio.get_running_loop()
+        came = loop.time()
         async with self._connecting:
-            for link in self.links:
-                if link.up:
-                    continue
-                reply = await self._hello(link, min(2.0, self.connect_timeout))
-                await self._sync(link, reply.directory_digest)
-                self.bus.open(link)
-                log.info("backend %s rejoined", link.name)
+            if self._failed is not None and self._failed[0] >= came - RETRY_AFTER:
+                raise BackendUnavailable(self._failed[1])
+            try:
+                for link in self.links:
+                    if link.up:
+                        continue
+                    reply = await self._hello(link, min(2.0, self.connect_timeout))
+                    await self._sync(link, reply.directory_digest)
+                    self.bus.open(link)
+                    log.info("backend %s rejoined", link.name)
+            except BackendUnavailable as e:
+                self._failed = (loop.time(), str(e))
+                raise
+            self._failed = None
 
     # ------------------------------------------------------- traffic units --
     @contextlib.asynccontextmanager

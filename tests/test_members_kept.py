@@ -17,6 +17,7 @@ from controller.coordinator import Coordinator
 from mbds.client import collect
 from mbds.cluster import Proc
 from mbds.errors import BackendUnavailable
+from mbds.proto import mbds_pb2 as pb
 from tests.conftest import CENSUS_YAML
 
 COUNT = "RETRIEVE (FILE = Census) (COUNT(CITY))"
@@ -92,6 +93,44 @@ def test_a_second_live_backend_of_one_name_is_refused(tmp_path: Path) -> None:
         assert [x.address for x in c.links] == addrs
         [res] = await _execute(c, COUNT)
         assert res.records == [{"COUNT(CITY)": 10}]
+        await c.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def test_requests_while_a_backend_is_down_share_one_reconnection(tmp_path: Path) -> None:
+    """Requests that come while the controller tries to reach a down backend take that
+    try's failure (naming the backend) instead of each trying again in turn, 2 s apiece:
+    the tenth was refused after 20 s."""
+    procs = [backend(tmp_path / f"b{i}") for i in range(2)]
+
+    async def scenario() -> None:
+        addrs = [p.wait_ready(30) for p in procs]
+        c = Coordinator(addrs, connect_timeout=10)
+        await c.start()
+        await c.define(CENSUS_YAML)
+        procs[1].kill()
+        link = c.links[1]
+        async with asyncio.timeout(30):
+            while link.up:                   # its bus seen broken
+                await asyncio.sleep(0.01)
+        hellos = 0
+        hello = link.hello
+
+        async def counted(timeout: float) -> pb.HelloReply:
+            nonlocal hellos
+            hellos += 1
+            return await hello(timeout)
+        link.hello = counted  # type: ignore[method-assign]
+        results = await asyncio.gather(*(_execute(c, COUNT) for _ in range(10)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, BackendUnavailable) and "backend b1" in str(r)
+                   for r in results), results
+        assert hellos <= 2, hellos
         await c.close()
 
     try:
