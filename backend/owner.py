@@ -28,9 +28,10 @@ from mbds.service import caller, foreign
 class Owner:
     """The cluster this backend belongs to and the controller whose bus it serves."""
 
-    def __init__(self, name: str, cluster: str) -> None:
+    def __init__(self, name: str, cluster: str, members: list[str] | None = None) -> None:
         self.name = name
         self.cluster = cluster        # kept in the store (`Store.cluster`); "" until joined
+        self.members = members or []  # the cluster's backends (`Store.members`)
         self.buses: dict[BusOut, tuple[str, str, float]] = {}   # -> (epoch, peer, since)
 
     @property
@@ -77,3 +78,10 @@ class Owner:
             return
         await asyncio.wrap_future(writer.submit(lambda conn: Store.join_cluster(conn, cluster)))
         self.cluster = cluster
+
+    async def keep_members(self, names: list[str], writer: Writer) -> None:
+        """Keep the cluster's backends a bus hello names, if they changed."""
+        if names and names != self.members:
+            await asyncio.wrap_future(writer.submit(lambda conn: Store.keep_members(conn,
+                                                                                  names)))
+            self.members = names

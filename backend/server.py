@@ -35,10 +35,11 @@ log = logging.getLogger("mbds.backend")
 
 
 class BackendServicer(rpc.BackendServicer):
-    def __init__(self, node: BackendNode, cluster: str = "") -> None:
+    def __init__(self, node: BackendNode, cluster: str = "",
+                 members: list[str] | None = None) -> None:
         self.node = node
         # Whose calls it takes; its open Bus streams, which `drain` ends.
-        self.owner = Owner(node.name, cluster)
+        self.owner = Owner(node.name, cluster, members)
         self.buses = self.owner.buses
         self.parts = DirectoryParts(node.directory)
 
@@ -61,7 +62,8 @@ class BackendServicer(rpc.BackendServicer):
                              metrics_port=self.node.metrics_port, in_doubt=[
                                  pb.UnitId(epoch=e, seq=s)
                                  for e, s in self.node.prepared.listed()],
-                             cluster=self.owner.cluster, bus_epoch=self.owner.epoch)
+                             cluster=self.owner.cluster, bus_epoch=self.owner.epoch,
+                             members=self.owner.members)
 
     async def _admit(self, context: grpc.aio.ServicerContext, *, writes: bool) -> None:
         """Refuse a call from another cluster's controller, or one that `writes` from a
@@ -229,6 +231,7 @@ class BackendServicer(rpc.BackendServicer):
             node.on_abort(msg.abort.seq, msg.abort.reason)
         elif kind == "hello":
             node.on_hello(msg.hello, bus)
+            await self.owner.keep_members(list(msg.hello.members), node.writer)
 
 
 class PeerServicer(rpc.PeerServicer):
@@ -278,12 +281,13 @@ async def serve(*, listen: str, data_dir: Path, name: str | None = None,
     store = Store(data_dir / "backend.db", synchronous=synchronous, memory=memory)
     node_name = store.identity(name or data_dir.resolve().name)
     cluster = store.cluster()        # read before the writer thread takes the connection
+    members = store.members()
     peers, iig = PeerLinks(), IigClient(node_name)
     node = BackendNode(node_name, store, peers=peers, iig=iig)
     node.metrics_port = metrics_port
     doors = [RoleDoor({"mbds.Backend": "controller", "mbds.Peer": "backend"})] if identity else []
     server = grpc.aio.server(interceptors=doors, options=SERVER_OPTIONS)
-    backend_servicer = BackendServicer(node, cluster)
+    backend_servicer = BackendServicer(node, cluster, members)
     peer_servicer = PeerServicer(node, backend_servicer.owner)
     rpc.add_BackendServicer_to_server(backend_servicer, server)
     rpc.add_PeerServicer_to_server(peer_servicer, server)

@@ -148,6 +148,17 @@ class Store:
         """Keep `cluster` as this backend's, once (writer thread)."""
         conn.execute("INSERT INTO meta (key, value) VALUES ('cluster', ?)", (cluster,))
 
+    def members(self) -> list[str]:
+        """The names of the cluster's backends, as its last bus hello gave them."""
+        row = self.writer().execute("SELECT value FROM meta WHERE key = 'members'").fetchone()
+        return json.loads(row[0]) if row else []
+
+    @staticmethod
+    def keep_members(conn: sqlite3.Connection, names: list[str]) -> None:
+        """Keep the names of the cluster's backends (writer thread)."""
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('members', ?)",
+                     (json.dumps(names),))
+
     # ----------------------------------------------------------- directory --
     def load_directory(self) -> pb.DirectoryUpdate:
         conn = self.writer()

@@ -249,7 +249,7 @@ class Bus:
         link.open_bus(pb.BusHello(
             epoch=self.epoch, backend_index=link.index, peers=[x.address for x in self.links],
             internal_timing=self.internal_timing, iig_address=self.iig_address,
-            credit_window=WINDOW))
+            credit_window=WINDOW, members=[x.name for x in self.links]))
 
     @staticmethod
     def _fits(size: int, backend: str = "") -> None:

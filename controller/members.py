@@ -8,7 +8,7 @@ decision log), and a start that does not meet every one of them is refused, nami
 those missing. So is the cluster's id, which each backend also keeps from its first
 bus (`backend/owner.py`): a backend of another cluster is refused, whatever its
 directory holds, and a controller whose --data-dir was lost takes the id its backends
-agree on.
+agree on, and the names of the cluster's backends that they keep from their bus hello.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from mbds.errors import BackendUnavailable, shorten
@@ -50,11 +51,13 @@ class Members:
                 raise BackendUnavailable(f"{self.path}: {shorten(str(e))}") from None
             self.names, self.served, self.cluster = set(names), set(served), cluster
 
-    def identify(self, held: dict[str, str]) -> None:
+    def identify(self, held: dict[str, str], named: Iterable[str] = ()) -> None:
         """Settle the cluster's id from what each backend met holds (name -> id, "" for
         one that has none yet): the id kept here, else the one the backends agree on,
         else a new one (`keep` puts it on disk, before any backend is told it). Refuses
-        backends of another cluster, naming them and the ids."""
+        backends of another cluster, naming them and the ids. `named`: the backends the
+        cluster has had, as those met keep them, among those to meet (this controller's
+        own list may have been lost with its --data-dir)."""
         ids = sorted({c for c in held.values() if c})
         if not self.cluster and len(ids) > 1:
             groups = "; ".join(shorten(", ".join(sorted(n for n, c in held.items() if c == i)))
@@ -67,6 +70,7 @@ class Members:
         for name, theirs in sorted(held.items()):
             self.check(name, theirs, cluster)
         self.cluster = cluster
+        self.names.update(named)
 
     def check(self, name: str, cluster: str, ours: str = "") -> None:
         """Refuse backend `name` if it belongs to another cluster than `ours` (this one's)."""

@@ -82,7 +82,8 @@ class Membership:
         cluster (`members.py`)."""
         replies = await asyncio.gather(*(link.hello(self.connect_timeout)
                                          for link in self.links))
-        self.members.identify({r.name: r.cluster for r in replies})
+        self.members.identify({r.name: r.cluster for r in replies},
+                              (n for r in replies if r.cluster for n in r.members))
         for link, reply in zip(self.links, replies, strict=True):
             self._one_controller(link, reply)
         self.members.keep()             # the cluster's id, before any backend is told it

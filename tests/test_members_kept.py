@@ -138,3 +138,38 @@ def test_requests_while_a_backend_is_down_share_one_reconnection(tmp_path: Path)
     finally:
         for p in procs:
             p.stop()
+
+
+def test_a_controller_that_lost_its_list_learns_the_backends_from_them(
+        tmp_path: Path) -> None:
+    """A controller whose --data-dir was lost, started with only some of the backends,
+    is refused: each backend keeps the names of the cluster's backends from its bus
+    hello (it served half the records, and kept a list of that half for good)."""
+    procs = [backend(tmp_path / f"b{i}") for i in range(2)]
+
+    async def scenario() -> None:
+        addrs = [p.wait_ready(30) for p in procs]
+        c = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "c" / "decisions.db")
+        await c.start()
+        await c.define(CENSUS_YAML)
+        for i in range(10):
+            await _execute(c, f"INSERT (<FILE, Census>, <CITY, c{i}>, <POP, {i}>)")
+        await c.close()
+        lost = Coordinator(addrs[:1], connect_timeout=10,
+                           log_path=tmp_path / "new" / "decisions.db")
+        with pytest.raises(BackendUnavailable, match="backend b1 of this cluster is not "
+                                                     "among those met"):
+            await lost.start()
+        await lost.close()
+        whole = Coordinator(addrs, connect_timeout=10,
+                            log_path=tmp_path / "new" / "decisions.db")
+        await whole.start()
+        [res] = await _execute(whole, COUNT)
+        assert res.records == [{"COUNT(CITY)": 10}]
+        await whole.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for p in procs:
+            p.stop()

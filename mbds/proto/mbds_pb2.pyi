@@ -437,20 +437,22 @@ class DirectoryUpdate(_message.Message):
     def __init__(self, files: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ...) -> None: ...
 
 class BusHello(_message.Message):
-    __slots__ = ("epoch", "backend_index", "peers", "internal_timing", "iig_address", "credit_window")
+    __slots__ = ("epoch", "backend_index", "peers", "internal_timing", "iig_address", "credit_window", "members")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     BACKEND_INDEX_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
     INTERNAL_TIMING_FIELD_NUMBER: _ClassVar[int]
     IIG_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CREDIT_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
     epoch: str
     backend_index: int
     peers: _containers.RepeatedScalarFieldContainer[str]
     internal_timing: bool
     iig_address: str
     credit_window: int
-    def __init__(self, epoch: _Optional[str] = ..., backend_index: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ..., internal_timing: _Optional[bool] = ..., iig_address: _Optional[str] = ..., credit_window: _Optional[int] = ...) -> None: ...
+    members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, epoch: _Optional[str] = ..., backend_index: _Optional[int] = ..., peers: _Optional[_Iterable[str]] = ..., internal_timing: _Optional[bool] = ..., iig_address: _Optional[str] = ..., credit_window: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TrafficUnit(_message.Message):
     __slots__ = ("seq", "requests", "directory", "transaction", "predicate_count", "split_search", "one_phase")
@@ -567,20 +569,22 @@ class HelloRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("name", "directory_digest", "metrics_port", "in_doubt", "cluster", "bus_epoch")
+    __slots__ = ("name", "directory_digest", "metrics_port", "in_doubt", "cluster", "bus_epoch", "members")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
     IN_DOUBT_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BUS_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     directory_digest: str
     metrics_port: int
     in_doubt: _containers.RepeatedCompositeFieldContainer[UnitId]
     cluster: str
     bus_epoch: str
-    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ..., in_doubt: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ..., cluster: _Optional[str] = ..., bus_epoch: _Optional[str] = ...) -> None: ...
+    members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ..., in_doubt: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ..., cluster: _Optional[str] = ..., bus_epoch: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UnitId(_message.Message):
     __slots__ = ("epoch", "seq")
