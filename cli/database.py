@@ -71,21 +71,26 @@ def define(controller: str, path: BinaryIO) -> None:
 @click.command()
 @controller_option
 def status(controller: str) -> None:
-    """Show the backends the controller uses and whether each is reachable."""
+    """Show the backends the controller uses and whether each is reachable.
+
+    Exit code 0 when every backend is up; 2 when one is not (each backend holds part of
+    every cluster, so every request fails until it is back); 1 when the controller
+    cannot be asked."""
     try:
         with Client(controller) as c:
             s = c.status()
     except ClientError as e:
         fail(e)
-    click.echo(f"cluster {s.cluster}; backends {len(s.backends)} (expected "
-               f"{s.expected_backends}); files {', '.join(s.files) or '-'}; directory "
-               f"{s.directory_digest}")
+    click.echo(f"cluster {s.cluster}; backends {len(s.backends)}; files "
+               f"{', '.join(s.files) or '-'}; directory {s.directory_digest}")
     for b in s.backends:
         click.echo(f"  {b.name:8} {b.address:24} {'up' if b.reachable else 'DOWN ' + b.error}"
                    + (f"  {b.metrics_url}" if b.metrics_url else ""))
     if s.metrics_url:
         click.echo(f"controller metrics {s.metrics_url}; internal timing "
                    f"{'on' if s.internal_timing else 'off'}")
+    if not all(b.reachable for b in s.backends):
+        sys.exit(2)
 
 
 def load_progress(total: int, show: bool | None, console: Console | None = None

@@ -244,23 +244,34 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
 @click.option("--address", default=DEFAULT_CONTROLLER, show_default=True)
 @click.option("--timeout", type=float, default=3.0)
 @click.option("--tls-dir", type=click.Path(path_type=Path, file_okay=False), envvar="MBDS_TLS_DIR",
-              help="Ask over mutual TLS with the cluster's certificates (env MBDS_TLS_DIR).")
+              help="Ask over mutual TLS with the cluster's certificates (env MBDS_TLS_DIR): "
+                   "a backend, or the controller's internal port.")
+@click.option("--ca", type=click.Path(path_type=Path, dir_okay=False), envvar="MBDS_CA",
+              help="Ask a TLS client port (--client-tls, --tokens) over TLS, checking its "
+                   "certificate with the cluster's ca.pem, as a client does (env MBDS_CA). "
+                   "--tls-dir, when given, is used instead.")
 @click.option("--of", "role", type=click.Choice(["controller", "backend"]),
               default="controller", show_default=True, help="What runs at ADDRESS.")
-def health(address: str, timeout: float, tls_dir: Path | None, role: str) -> None:
-    """Exit 0 when the process at ADDRESS reports SERVING (gRPC health service)."""
+def health(address: str, timeout: float, tls_dir: Path | None, ca: Path | None,
+           role: str) -> None:
+    """Exit 0 when the process at ADDRESS reports SERVING (gRPC health service).
+
+    A liveness check: a controller serves while a backend is down (`mbds status` exits
+    2 then)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from mbds.tls import Identity
+    from mbds.tls import Identity, client_credentials
     def channel() -> grpc.Channel:
-        if tls_dir is None:
-            return grpc.insecure_channel(address)
         try:
-            creds, options = Identity.load(tls_dir, "controller").channel(role)
+            if tls_dir is not None:
+                creds, options = Identity.load(tls_dir, "controller").channel(role)
+                return grpc.secure_channel(address, creds, options=options)
+            if ca is not None:      # the client port: the CA alone, no key, no token
+                return grpc.secure_channel(address, client_credentials(ca, None))
         except TlsError as e:
             fail(e)
-        return grpc.secure_channel(address, creds, options=options)
+        return grpc.insecure_channel(address)
     try:
         with channel() as ch:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),

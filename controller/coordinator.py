@@ -274,7 +274,7 @@ class Coordinator:
 
     async def status(self, file: str = "") -> pb.StatusReply:
         self._serving()
-        out = pb.StatusReply(expected_backends=len(self.links), files=sorted(
+        out = pb.StatusReply(files=sorted(
             self.directory.files), directory_digest=self.directory.digest(),
             metrics_url=self.metrics_url, internal_timing=self.internal_timing,
             cluster=self.membership.members.cluster)

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from mbds import metrics
 from mbds.tls import peer_role
 
 log = logging.getLogger("mbds.doors")
@@ -189,11 +190,15 @@ class TokenDoor(grpc.aio.ServerInterceptor):
         access = self._access(details.invocation_metadata)
 
         async def check(context: Any) -> None:
+            # A refusal here is a failed call too: counted as the handlers count theirs
+            # (controller/session.py's failure()), by kind.
             if access is None:   # abort raises: the handler never runs
+                metrics.REQUEST_ERRORS.labels("Unauthenticated").inc()
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                     "this controller needs a token (authorization: Bearer "
                                     "TOKEN; env MBDS_TOKEN): missing or not known")
             if access == READ and method not in self.read_methods:
+                metrics.REQUEST_ERRORS.labels("PermissionDenied").inc()
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                     f"a read-only token may not call {method}")
             ACCESS.set(access or READ)

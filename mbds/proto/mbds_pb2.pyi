@@ -235,7 +235,7 @@ class BackendStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., reachable: _Optional[bool] = ..., error: _Optional[str] = ..., records: _Optional[int] = ..., metrics_url: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("expected_backends", "backends", "files", "directory_digest", "metrics_url", "internal_timing", "file_defs", "descriptors", "descriptor_counts", "shortened", "file_defs_left_out", "cluster")
+    __slots__ = ("backends", "files", "directory_digest", "metrics_url", "internal_timing", "file_defs", "descriptors", "descriptor_counts", "shortened", "file_defs_left_out", "cluster")
     class DescriptorCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -250,7 +250,6 @@ class StatusReply(_message.Message):
         key: int
         value: ShortenedValues
         def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[ShortenedValues, _Mapping]] = ...) -> None: ...
-    EXPECTED_BACKENDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
@@ -262,7 +261,6 @@ class StatusReply(_message.Message):
     SHORTENED_FIELD_NUMBER: _ClassVar[int]
     FILE_DEFS_LEFT_OUT_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
-    expected_backends: int
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
     files: _containers.RepeatedScalarFieldContainer[str]
     directory_digest: str
@@ -274,7 +272,7 @@ class StatusReply(_message.Message):
     shortened: _containers.MessageMap[int, ShortenedValues]
     file_defs_left_out: int
     cluster: str
-    def __init__(self, expected_backends: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ..., file_defs: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., descriptor_counts: _Optional[_Mapping[str, int]] = ..., shortened: _Optional[_Mapping[int, ShortenedValues]] = ..., file_defs_left_out: _Optional[int] = ..., cluster: _Optional[str] = ...) -> None: ...
+    def __init__(self, backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., files: _Optional[_Iterable[str]] = ..., directory_digest: _Optional[str] = ..., metrics_url: _Optional[str] = ..., internal_timing: _Optional[bool] = ..., file_defs: _Optional[_Iterable[_Union[FileDef, _Mapping]]] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., descriptor_counts: _Optional[_Mapping[str, int]] = ..., shortened: _Optional[_Mapping[int, ShortenedValues]] = ..., file_defs_left_out: _Optional[int] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class ShortenedValues(_message.Message):
     __slots__ = ("low", "high", "value")

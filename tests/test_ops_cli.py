@@ -1,0 +1,118 @@
+"""What an operator's script relies on, through real processes: `mbds status`'s exit code
+while a backend is down, `mbds health` against a TLS client port with the CA alone, and
+the calls the client port's token check refuses counted in `mbds_request_errors_total`
+as a real scrape of /metrics reads it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mbds.client import Client, ClientError
+from tests.conftest import CENSUS_YAML, Running
+from tests.crashes import wait_for
+
+
+def mbds(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`mbds ARGS` as a command, with none of the caller's MBDS_* settings but `env`."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("MBDS_CA", "MBDS_TOKEN", "MBDS_TLS_DIR", "MBDS_CONTROLLER")}
+    return subprocess.run([sys.executable, "-m", "mbds", *args], capture_output=True,
+                          text=True, timeout=120, env={**clean, **(env or {})})
+
+
+def test_status_exits_2_while_a_backend_is_down_and_health_stays_serving(
+        cluster_factory) -> None:
+    r: Running = cluster_factory(2)
+    address = r.cluster.address
+    up = mbds("status", "--controller", address)
+    assert up.returncode == 0, up.stdout + up.stderr
+    first = up.stdout.splitlines()[0]
+    assert first.startswith("cluster ") and "; backends 2; files " in first, first
+    assert "expected" not in first
+    assert up.stdout.count(" up") == 2
+
+    r.cluster.backends[1].kill()
+    down: list[subprocess.CompletedProcess] = []
+
+    def reported() -> bool:
+        down.append(mbds("status", "--controller", address))
+        return down[-1].returncode != 0
+    wait_for(reported, 60, "status failing with backend b1 killed")
+    out = down[-1]
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("cluster ") and "; backends 2; " in lines[0]
+    b0 = next(x for x in lines if x.strip().startswith("b0"))
+    b1 = next(x for x in lines if x.strip().startswith("b1"))
+    assert " up" in b0 and " DOWN " in b1, out.stdout
+    assert out.stderr == ""
+    # Liveness: the controller itself still serves.
+    h = mbds("health", "--address", address)
+    assert h.returncode == 0 and h.stdout.strip() == "SERVING", h.stdout + h.stderr
+    helped = mbds("status", "--help")
+    assert helped.returncode == 0 and "2 when one is not" in " ".join(helped.stdout.split())
+
+
+@pytest.fixture
+def guarded(cluster_factory, tmp_path: Path) -> tuple[Running, dict[str, str], Path]:
+    """A cluster whose client port is TLS and needs a token, serving /metrics."""
+    from cli.certs import write_tokens
+    tokens = write_tokens(tmp_path / "tokens")
+    r = cluster_factory(2, tokens=tmp_path / "tokens", metrics_port=0)
+    assert r.cluster.ca is not None
+    r.client.close()
+    r.client = Client(r.cluster.address, timeout=60, ca=r.cluster.ca, token=tokens["write"])
+    return r, tokens, r.cluster.ca
+
+
+def errors_by_kind(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {s.labels["kind"]: s.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "mbds_request_errors"
+            for s in family.samples if s.name == "mbds_request_errors_total"}
+
+
+def test_calls_the_token_check_refuses_are_counted_as_errors(guarded) -> None:
+    r, tokens, ca = guarded
+    assert r.cluster.controller is not None and r.cluster.controller.metrics_url
+    url = r.cluster.controller.metrics_url
+    before = errors_by_kind(url)
+    env = {"MBDS_CA": str(ca)}
+    for token in (None, "u" * 32):             # no token, an unknown one
+        out = mbds("status", "--controller", r.cluster.address,
+                   env={**env, **({"MBDS_TOKEN": token} if token else {})})
+        assert out.returncode == 1 and "needs a token" in out.stderr, out.stderr
+    with Client(r.cluster.address, timeout=10, ca=ca, token=tokens["read"]) as c:
+        with pytest.raises(ClientError) as err:
+            c.define(CENSUS_YAML)              # a write call, refused before its handler
+        assert err.value.code == "PERMISSION_DENIED"
+    after = errors_by_kind(url)
+    grew = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    assert {k: v for k, v in grew.items() if v} == {"Unauthenticated": 2,
+                                                    "PermissionDenied": 1}, after
+
+
+def test_health_of_a_tls_client_port_needs_only_the_ca(guarded, tmp_path: Path) -> None:
+    r, _, ca = guarded
+    address = r.cluster.address
+    by_env = mbds("health", "--address", address, env={"MBDS_CA": str(ca)})
+    assert by_env.returncode == 0 and by_env.stdout.strip() == "SERVING", by_env.stderr
+    only = tmp_path / "client-only"          # what a monitoring host holds: no key
+    only.mkdir()
+    (only / "ca.pem").write_bytes(ca.read_bytes())
+    by_option = mbds("health", "--address", address, "--ca", str(only / "ca.pem"))
+    assert by_option.returncode == 0 and by_option.stdout.strip() == "SERVING", \
+        by_option.stderr
+    plain = mbds("health", "--address", address, "--timeout", "2")
+    assert plain.returncode == 1 and address in plain.stderr
+    missing = mbds("health", "--address", address, "--ca", str(tmp_path / "nope.pem"))
+    assert missing.returncode == 1 and "nope.pem" in missing.stderr, missing.stderr
