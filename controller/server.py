@@ -9,7 +9,6 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from controller.abdl import AbdlSyntaxError
 from controller.coordinator import STALLED_READER, Coordinator
 from controller.session import Sessions, failure
 from mbds import dirlock, eventloop, tls
@@ -40,20 +39,20 @@ class ControllerServicer(rpc.ControllerServicer):
         try:
             async for reply in self.c.execute(request.text, request.timeout_s or None):
                 yield reply
-        except (MbdsError, AbdlSyntaxError) as e:
+        except Exception as e:         # named and counted, whatever it is
             await _fail(context, e)
 
     async def Load(self, request_iterator, context):
         try:
             async for reply in self.c.load_stream(request_iterator):
                 yield reply
-        except (MbdsError, AbdlSyntaxError) as e:
+        except Exception as e:         # named and counted, whatever it is
             await _fail(context, e)
 
     async def Define(self, request: pb.DefineRequest, context) -> pb.DefineReply:
         try:
             out = await self.c.define(request.yaml)
-        except MbdsError as e:
+        except Exception as e:
             await _fail(context, e)
         return pb.DefineReply(files_created=out.created, files_unchanged=out.unchanged,
                               files_reindexed=out.reindexed)
@@ -61,7 +60,7 @@ class ControllerServicer(rpc.ControllerServicer):
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusReply:
         try:
             out = await self.c.status(request.file)
-        except MbdsError as e:
+        except Exception as e:
             await _fail(context, e)
         return out
 

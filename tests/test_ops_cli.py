@@ -116,3 +116,58 @@ def test_health_of_a_tls_client_port_needs_only_the_ca(guarded, tmp_path: Path) 
     assert plain.returncode == 1 and address in plain.stderr
     missing = mbds("health", "--address", address, "--ca", str(tmp_path / "nope.pem"))
     assert missing.returncode == 1 and "nope.pem" in missing.stderr, missing.stderr
+
+
+def test_an_unexpected_failure_is_answered_internal_named_and_counted() -> None:
+    """A failure that is none of MBDS's own kinds (a bug) ends the call INTERNAL with a
+    bounded message naming it, and is counted, on every client method."""
+    import asyncio
+
+    import grpc
+
+    from controller.server import ControllerServicer
+    from mbds import metrics
+    from mbds.proto import mbds_pb2 as pb
+    from mbds.proto import mbds_pb2_grpc as rpc
+
+    class Broken:
+        def execute(self, text: str, timeout: object) -> None:
+            raise RuntimeError("x" * 10_000)
+
+        async def define(self, text: str) -> None:
+            raise KeyError("planted")
+
+        async def status(self, file: str) -> None:
+            raise ZeroDivisionError("planted")
+
+    def count(kind: str) -> float:
+        return float(metrics.REQUEST_ERRORS.labels(kind).value)
+
+    async def scenario() -> None:
+        server = grpc.aio.server()
+        rpc.add_ControllerServicer_to_server(ControllerServicer(Broken()), server)  # type: ignore[arg-type]
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        before = {k: count(k) for k in ("RuntimeError", "KeyError", "ZeroDivisionError")}
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                stub = rpc.ControllerStub(ch)
+                for call, kind in ((lambda: stub.Execute(pb.ExecuteRequest(text="x")).read(),
+                                    "RuntimeError"),
+                                   (lambda: stub.Define(pb.DefineRequest(yaml="x")), "KeyError"),
+                                   (lambda: stub.Status(pb.StatusRequest()),
+                                    "ZeroDivisionError")):
+                    try:
+                        await call()
+                    except grpc.aio.AioRpcError as e:
+                        assert e.code() == grpc.StatusCode.INTERNAL, (kind, e)
+                        assert (e.details() or "").startswith(f"internal error: {kind}(")
+                        assert len(e.details() or "") < 2000
+                    else:
+                        raise AssertionError(f"{kind} was not raised")
+        finally:
+            await server.stop(0)
+        assert {k: count(k) - v for k, v in before.items()} == {
+            "RuntimeError": 1, "KeyError": 1, "ZeroDivisionError": 1}
+
+    asyncio.run(scenario())
