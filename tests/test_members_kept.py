@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
+from collections.abc import Callable, Coroutine
 from contextlib import closing
 from pathlib import Path
 
@@ -31,16 +32,30 @@ def backend(data: Path, listen: str = "127.0.0.1:0") -> Proc:
     return Proc(data.name, ["backend", "--listen", listen, "--data-dir", str(data)])
 
 
-def test_a_backend_back_with_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
+def run(tmp_path: Path,
+        scenario: Callable[[list[Proc], list[str]], Coroutine[None, None, None]]) -> None:
+    """`scenario(procs, addresses)` on two backend processes, stopped whatever happens."""
     procs = [backend(tmp_path / f"b{i}") for i in range(2)]
+    try:
+        asyncio.run(scenario(procs, [p.wait_ready(30) for p in procs]))
+    finally:
+        for p in procs:
+            p.stop()
 
-    async def scenario() -> None:
-        addrs = [p.wait_ready(30) for p in procs]
-        c = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "c" / "decisions.db")
-        await c.start()
-        await c.define(CENSUS_YAML)
-        for i in range(10):
-            await _execute(c, f"INSERT (<FILE, Census>, <CITY, c{i}>, <POP, {i}>)")
+
+async def census(addrs: list[str], log: Path) -> Coordinator:
+    """A controller started on `addrs`, its decisions in `log`, with ten records."""
+    c = Coordinator(addrs, connect_timeout=10, log_path=log / "decisions.db")
+    await c.start()
+    await c.define(CENSUS_YAML)
+    for i in range(10):
+        await _execute(c, f"INSERT (<FILE, Census>, <CITY, c{i}>, <POP, {i}>)")
+    return c
+
+
+def test_a_backend_back_with_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
+    async def scenario(procs: list[Proc], addrs: list[str]) -> None:
+        c = await census(addrs, tmp_path / "c")
         procs[1].stop()
         shutil.rmtree(tmp_path / "b1")               # a new, empty disk
         procs[1] = backend(tmp_path / "b1", addrs[1])
@@ -62,25 +77,14 @@ def test_a_backend_back_with_an_empty_data_dir_is_refused(tmp_path: Path) -> Non
             await again.start()
         await again.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for p in procs:
-            p.stop()
+    run(tmp_path, scenario)
 
 
 def test_a_second_live_backend_of_one_name_is_refused(tmp_path: Path) -> None:
     """A copy of b0's data dir started at another address while b0 serves (they would
     replace each other in turn): refused, and b0 keeps serving."""
-    procs = [backend(tmp_path / f"b{i}") for i in range(2)]
-
-    async def scenario() -> None:
-        addrs = [p.wait_ready(30) for p in procs]
-        c = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "c" / "decisions.db")
-        await c.start()
-        await c.define(CENSUS_YAML)
-        for i in range(10):
-            await _execute(c, f"INSERT (<FILE, Census>, <CITY, c{i}>, <POP, {i}>)")
+    async def scenario(procs: list[Proc], addrs: list[str]) -> None:
+        c = await census(addrs, tmp_path / "c")
         copy = tmp_path / "copy" / "b0"
         copy.mkdir(parents=True)
         with closing(sqlite3.connect(tmp_path / "b0" / "backend.db")) as src, \
@@ -95,21 +99,14 @@ def test_a_second_live_backend_of_one_name_is_refused(tmp_path: Path) -> None:
         assert res.records == [{"COUNT(CITY)": 10}]
         await c.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for p in procs:
-            p.stop()
+    run(tmp_path, scenario)
 
 
 def test_requests_while_a_backend_is_down_share_one_reconnection(tmp_path: Path) -> None:
     """Requests that come while the controller tries to reach a down backend take that
     try's failure (naming the backend) instead of each trying again in turn, 2 s apiece:
     the tenth was refused after 20 s."""
-    procs = [backend(tmp_path / f"b{i}") for i in range(2)]
-
-    async def scenario() -> None:
-        addrs = [p.wait_ready(30) for p in procs]
+    async def scenario(procs: list[Proc], addrs: list[str]) -> None:
         c = Coordinator(addrs, connect_timeout=10)
         await c.start()
         await c.define(CENSUS_YAML)
@@ -133,11 +130,7 @@ def test_requests_while_a_backend_is_down_share_one_reconnection(tmp_path: Path)
         assert hellos <= 2, hellos
         await c.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for p in procs:
-            p.stop()
+    run(tmp_path, scenario)
 
 
 def test_a_controller_that_lost_its_list_learns_the_backends_from_them(
@@ -145,15 +138,8 @@ def test_a_controller_that_lost_its_list_learns_the_backends_from_them(
     """A controller whose --data-dir was lost, started with only some of the backends,
     is refused: each backend keeps the names of the cluster's backends from its bus
     hello (it served half the records, and kept a list of that half for good)."""
-    procs = [backend(tmp_path / f"b{i}") for i in range(2)]
-
-    async def scenario() -> None:
-        addrs = [p.wait_ready(30) for p in procs]
-        c = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "c" / "decisions.db")
-        await c.start()
-        await c.define(CENSUS_YAML)
-        for i in range(10):
-            await _execute(c, f"INSERT (<FILE, Census>, <CITY, c{i}>, <POP, {i}>)")
+    async def scenario(procs: list[Proc], addrs: list[str]) -> None:
+        c = await census(addrs, tmp_path / "c")
         await c.close()
         lost = Coordinator(addrs[:1], connect_timeout=10,
                            log_path=tmp_path / "new" / "decisions.db")
@@ -168,8 +154,4 @@ def test_a_controller_that_lost_its_list_learns_the_backends_from_them(
         assert res.records == [{"COUNT(CITY)": 10}]
         await whole.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for p in procs:
-            p.stop()
+    run(tmp_path, scenario)
