@@ -35,7 +35,6 @@ log = logging.getLogger("mbds.controller")
 # Reads of a backend's directory before the controller gives up on one that keeps
 # changing between its parts.
 DIRECTORY_READS = 3
-RETRY_AFTER = 1.0      # seconds a failed reconnection answers for, before another is tried
 
 
 def _position(p: pb.DirectoryPosition) -> tuple[int, str, int]:
@@ -282,14 +281,14 @@ class Membership:
 
     async def ensure_up(self) -> None:
         """Reconnect any backend whose bus broke; refuse work while one is unreachable.
-        Requests that come while a reconnection is tried, or within RETRY_AFTER of one
-        that failed, take its failure: they do not each try again, one after another."""
+        Requests that come while a reconnection is tried take its failure: they do not
+        each try again, one after another (one that comes later tries anew)."""
         if all(link.up for link in self.links):
             return
         loop = asyncio.get_running_loop()
         came = loop.time()
         async with self._connecting:
-            if self._failed is not None and self._failed[0] >= came - RETRY_AFTER:
+            if self._failed is not None and self._failed[0] >= came:
                 raise BackendUnavailable(self._failed[1])
             try:
                 for link in self.links:
