@@ -42,11 +42,12 @@ def modifier(m: ast.Modifier, files: list[FileSchema]) -> pb.Modifier:
         raise SemanticError(f"{where(m.pos)}FILE cannot be updated")
     out = pb.Modifier(attr=m.attr)
     source_name = _copied(m, files)
-    for f in files:
-        target = f.by_name.get(m.attr)
-        if target is None:
+    for f in files:              # every file has the target before any is read for it
+        if m.attr not in f.by_name:
             raise SemanticError(f"{where(m.pos)}unknown attribute {shorten(m.attr)} in "
                                 f"file {f.name}")
+    for f in files:
+        target = f.by_name[m.attr]
         if source_name is None:
             check_value(target, m.value, m.pos, f.name)
             to_pb(as_compared(m.value, [x.by_name[m.attr] for x in files]), out.value)

@@ -306,9 +306,15 @@ class Reqp:
             if t.agg:
                 if not allow_aggregates:
                     raise SemanticError(f"{_where(t.pos)}aggregates are not allowed here")
-                if t.agg in ("AVG", "SUM") and attr.type == "string":
+                # In every file reached, whichever comes first: SQLite's sum would read
+                # a string as a number.
+                types = {f.name: typed.type for f in files
+                         if (typed := f.attribute(attr.name)) is not None}
+                texts = [name for name, kind in types.items() if kind == "string"]
+                if t.agg in ("AVG", "SUM") and (texts or attr.type == "string"):
+                    where = f" (a string in file {texts[0]})" if len(types) > 1 else ""
                     raise SemanticError(f"{_where(t.pos)}{t.agg} of string attribute "
-                                        f"{attr.name}")
+                                        f"{attr.name}{where}")
             if t.name in names:
                 raise SemanticError(f"{_where(t.pos)}target {shorten(t.name)} appears twice")
             items.append(pb.TargetItem(attr=attr.name, agg=t.agg or ""))

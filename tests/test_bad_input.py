@@ -159,3 +159,32 @@ def test_a_directory_attribute_given_what_its_kind_does_not_take_is_refused(
     assert f"file ODD, directory attribute K: {message}" in str(err.value)
     with pytest.raises(ClientError, match="unknown file ODD"):
         census.client.execute("RETRIEVE (FILE = Odd) (K)")
+
+
+def test_an_attribute_typed_differently_by_files_is_checked_in_each(census: Running) -> None:
+    """SUM and AVG are refused when the attribute is a string in any file reached, in
+    whichever order the files come (one order summed '10' as 10 and 'abc' as 0); an
+    UPDATE setting an attribute one reached file lacks is refused naming it (it failed
+    INTERNAL with a KeyError when that file was not the first)."""
+    c = census.client
+    c.define("files:\n  MIXA:\n    attributes: {MK: integer, MC: string}\n"
+             "  MIXB:\n    attributes: {MK: integer, MC: integer}\n"
+             "  MIXC:\n    attributes: {MK: integer}\n")
+    c.execute("[INSERT (<FILE, MixA>, <MK, 1>, <MC, '10'>); INSERT (<FILE, MixA>, <MK, 1>, "
+              "<MC, abc>); INSERT (<FILE, MixB>, <MK, 1>, <MC, 3>); "
+              "INSERT (<FILE, MixC>, <MK, 1>)]")
+    before = [c.execute(f"RETRIEVE (FILE = {f}) (ALL)")[0].records
+              for f in ("MixA", "MixB", "MixC")]
+    for text in ("RETRIEVE (FILE = MixA) or (FILE = MixB) (SUM(MC))",
+                 "RETRIEVE (FILE = MixB) or (FILE = MixA) (SUM(MC))",
+                 "RETRIEVE (FILE = MixB) or (FILE = MixA) (AVG(MC))"):
+        with pytest.raises(ClientError) as err:
+            c.execute(text)
+        assert err.value.code == "INVALID_ARGUMENT", text
+        assert "of string attribute MC (a string in file MIXA)" in str(err.value), text
+    with pytest.raises(ClientError) as err:
+        c.execute("UPDATE (MK = 1) <MC = 'y'>")
+    assert err.value.code == "INVALID_ARGUMENT"
+    assert "unknown attribute MC in file MIXC" in str(err.value)
+    assert [c.execute(f"RETRIEVE (FILE = {f}) (ALL)")[0].records
+            for f in ("MixA", "MixB", "MixC")] == before
