@@ -44,6 +44,8 @@ from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.backend")
+# A backend is named by its data dir: one path component.
+MAX_BACKEND_NAME = 255
 
 
 class BackendNode:
@@ -124,6 +126,11 @@ class BackendNode:
             # No backend would have the missing index: split units would wait for it.
             raise check.BadMessage(f"a bus hello that makes this backend index "
                                    f"{hello.backend_index} of {len(hello.peers)} peers")
+        if hello.members and (len(hello.members) != len(hello.peers) or any(
+                not 0 < len(name) <= MAX_BACKEND_NAME for name in hello.members)):
+            raise check.BadMessage(f"a bus hello naming {len(hello.members)} backends for "
+                                   f"{len(hello.peers)} peers, or a name empty or longer "
+                                   f"than {MAX_BACKEND_NAME} characters")
         if hello.epoch != bus.epoch:
             raise check.BadMessage(f"a bus hello of epoch {shorten(hello.epoch, 40)} on a "
                                    f"bus opened by epoch {shorten(bus.epoch, 40)}")

@@ -155,3 +155,30 @@ def test_a_controller_that_lost_its_list_learns_the_backends_from_them(
         await whole.close()
 
     run(tmp_path, scenario)
+
+
+def test_a_bus_hello_naming_backends_that_do_not_fit_its_peers_is_refused(
+        tmp_path: Path) -> None:
+    """The names a backend keeps come from the bus hello, checked: one per peer, each a
+    data dir's name."""
+    from backend import check
+    from backend.links import IigClient, PeerLinks
+    from backend.node import BackendNode
+    from backend.state import BusOut
+    from backend.store import Store
+
+    async def scenario() -> None:
+        node = BackendNode("b0", Store(tmp_path / "backend.db"), peers=PeerLinks(),
+                           iig=IigClient("b0"))
+        try:
+            for names in ([""], ["b0", "b1"], ["x" * 256]):
+                with pytest.raises(check.BadMessage, match="a bus hello naming"):
+                    node.on_hello(pb.BusHello(epoch="e", backend_index=0,
+                                              peers=["127.0.0.1:1"], members=names),
+                                  BusOut("e"))
+            node.on_hello(pb.BusHello(epoch="e", backend_index=0, peers=["127.0.0.1:1"],
+                                      members=["b0"]), BusOut("e"))
+        finally:
+            node.writer.shutdown()
+
+    asyncio.run(scenario())
