@@ -105,8 +105,7 @@ READ_METHODS = frozenset({"Execute", "Session", "Status"})
 
 
 def _client_port(server: grpc.aio.Server, listen: str, identity: tls.Identity | None,
-                 plaintext: bool, tokens: TokensFile | dict[str, str] | None,
-                 insecure: bool) -> int:
+                 plaintext: bool, tokens: TokensFile | None, insecure: bool) -> int:
     """The client port: TLS with the controller's certificate when there is one, plaintext
     only on loopback (or --insecure), and never plaintext with tokens, which it would leak."""
     what = "the controller's client port"
@@ -126,7 +125,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                 data_dir: Path | None = None, synchronous: str = "NORMAL",
                 internal_listen: str = "127.0.0.1:0",
                 tls_dir: Path | None = None, client_plaintext: bool = False,
-                tokens: TokensFile | dict[str, str] | None = None, insecure: bool = False,
+                tokens: TokensFile | None = None, insecure: bool = False,
                 ready: asyncio.Event | None = None) -> None:
     """Run the controller until SIGTERM/SIGINT.
 
@@ -175,8 +174,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     watcher = asyncio.create_task(rediscover(coordinator, discover)) if discover else None
     door = ("TLS" if identity and not client_plaintext else "plaintext") + (
-        f", {len(tokens.tokens if isinstance(tokens, TokensFile) else tokens)} tokens"
-        if tokens else "")
+        f", {len(tokens.tokens)} tokens" if tokens else "")
     print(f"controller listening on {host}:{port} with {len(backends)} backends ({door}; "
           f"event loop {eventloop.running()})", flush=True)
     print(f"controller internal (IIG) on {ihost}:{internal_port}", flush=True)

@@ -160,14 +160,8 @@ class TokenDoor(grpc.aio.ServerInterceptor):
     write inside a request text. Health checks need no token. Tokens are checked when a
     call starts: a session opened before a token was removed lasts until it ends."""
 
-    def __init__(self, tokens: Mapping[str, str] | TokensFile,
-                 read_methods: frozenset[str]) -> None:
-        self.tokens: Callable[[], list[tuple[bytes, str]]]
-        if isinstance(tokens, TokensFile):
-            self.tokens = tokens.current
-        else:
-            fixed = _encoded(tokens)
-            self.tokens = lambda: fixed
+    def __init__(self, tokens: TokensFile, read_methods: frozenset[str]) -> None:
+        self.tokens = tokens
         self.read_methods = read_methods
 
     def _access(self, metadata: Any) -> str | None:
@@ -176,7 +170,7 @@ class TokenDoor(grpc.aio.ServerInterceptor):
         if scheme.lower() != "bearer":
             return None
         found = None
-        for known, access in self.tokens():    # every comparison runs, in constant time
+        for known, access in self.tokens.current():   # every comparison runs, in constant time
             if hmac.compare_digest(known, token.encode()):
                 found = access
         return found
