@@ -81,11 +81,10 @@ class UndoLog:
 
 
 def last_rid(conn: sqlite3.Connection, file: str) -> int:
-    """The largest rowid `file`'s table has given (0: none yet)."""
-    row = conn.execute(
-        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = ?), 0), "
-        f"coalesce((SELECT max(rid) FROM {table(file)}), 0))", (f"r_{file}",)).fetchone()
-    return int(row[0])
+    """The largest rowid `file`'s table has given (0: none yet), as AUTOINCREMENT keeps it."""
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?",
+                       (f"r_{file}",)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def never_reuse_rids(conn: sqlite3.Connection) -> None:
