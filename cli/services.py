@@ -189,7 +189,7 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
     --metrics-port), printed once ready; --no-metrics serves none."""
     if no_metrics and metrics_port is not None:
         raise click.UsageError("give --metrics-port or --no-metrics, not both")
-    if metrics_port and not 0 < metrics_port + n <= 65535:
+    if metrics_port and metrics_port + n > 65535:
         raise click.UsageError(f"--metrics-port {metrics_port}: the backends' ports, up to "
                                f"{metrics_port + n}, must be at most 65535")
     if not no_metrics and metrics_port is None:
