@@ -163,9 +163,9 @@ def test_a_directory_attribute_given_what_its_kind_does_not_take_is_refused(
 
 def test_an_attribute_typed_differently_by_files_is_checked_in_each(census: Running) -> None:
     """SUM and AVG are refused when the attribute is a string in any file reached, in
-    whichever order the files come (one order summed '10' as 10 and 'abc' as 0); an
-    UPDATE setting an attribute one reached file lacks is refused naming it (it failed
-    INTERNAL with a KeyError when that file was not the first)."""
+    whichever order the files come (SQLite would sum '10' as 10 and 'abc' as 0); an
+    UPDATE setting an attribute one reached file lacks is refused naming it, whichever
+    file comes first."""
     c = census.client
     c.define("files:\n  MIXA:\n    attributes: {MK: integer, MC: string}\n"
              "  MIXB:\n    attributes: {MK: integer, MC: integer}\n"

@@ -200,8 +200,8 @@ def test_sums_beyond_64_bits_are_refused_alike_and_other_aggregates_answer(
 def test_a_sum_that_fits_is_answered_whatever_the_order_of_its_records(
         census: Running) -> None:
     """Only the total and each backend's part must fit in 64 bits: SQLite's running sum
-    of 2^63 - 1, then ones, then minus ones, leaves the range on the way (it was refused
-    so, though the same records in another order were answered)."""
+    of 2^63 - 1, then ones, then minus ones, leaves the range on the way, and the same
+    records in another order would not."""
     c = census.client
     top = 2 ** 63 - 1
     c.define("files:\n  ORDERED:\n    attributes: {N: integer, G: string}\n")

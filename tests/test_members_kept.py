@@ -71,7 +71,7 @@ def test_a_backend_back_with_an_empty_data_dir_is_refused(tmp_path: Path) -> Non
         assert errors[-1].startswith("backend b1 (") and \
             "holds no data of this cluster, though it has served it" in errors[-1], errors
         await c.close()
-        # A controller started again refuses it too (it was answering 5 of 10 records).
+        # A controller started again refuses it too (it would answer 5 of 10 records).
         again = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "c" / "decisions.db")
         with pytest.raises(BackendUnavailable, match="holds no data of this cluster"):
             await again.start()
@@ -104,8 +104,8 @@ def test_a_second_live_backend_of_one_name_is_refused(tmp_path: Path) -> None:
 
 def test_requests_while_a_backend_is_down_share_one_reconnection(tmp_path: Path) -> None:
     """Requests that come while the controller tries to reach a down backend take that
-    try's failure (naming the backend) instead of each trying again in turn, 2 s apiece:
-    the tenth was refused after 20 s."""
+    try's failure (naming the backend) instead of each trying again in turn, 2 s
+    apiece."""
     async def scenario(procs: list[Proc], addrs: list[str]) -> None:
         c = Coordinator(addrs, connect_timeout=10)
         await c.start()

@@ -196,7 +196,7 @@ def test_a_backend_stopped_alone_does_not_wait_for_its_peers_streams(tmp_path: P
 def test_a_backend_stopped_after_its_answer_is_out_fails_no_request(tmp_path: Path) -> None:
     """A backend stopped once it has sent the whole of its part of a RETRIEVE (the last
     reply among them) closes its bus while the controller still gathers the other
-    backend's part: the request is answered in full (it failed with "bus closed")."""
+    backend's part: the request is answered in full, not failed as "bus closed"."""
     cluster = LocalCluster(tmp_path / "data", 2)
     cluster.start()
     try:

@@ -35,8 +35,8 @@ def test_an_aborted_delete_does_not_overwrite_an_insert_made_meanwhile(
         cluster_factory) -> None:
     """b0 prepares a DELETE of the records at the top of its table; b1 stalls before its
     vote, so the DELETE misses its deadline and is rolled back. Meanwhile an INSERT into
-    another cluster, on b0 alone, is acknowledged. Before, it took a rowid the DELETE had
-    freed, and the roll-back replaced it: an acknowledged write lost without a word."""
+    another cluster, on b0 alone, is acknowledged. Given a rowid the DELETE freed, it
+    would be replaced by the roll-back: an acknowledged write lost without a word."""
     # The search is not split: b0 goes on with the DELETE without b1's descriptor ids.
     r = cluster_factory(2, split_search_from=100)
     r.client.define(DEFINITION)

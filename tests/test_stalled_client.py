@@ -108,7 +108,7 @@ def test_a_transaction_aborted_for_a_stalled_reader_is_not_then_committed(
     """The backends finish the unit and vote within their credit while PP waits on the
     client; the stalled-reader abort then goes down, and each backend rolls back. The
     votes taken before it are void: the client reading on is told ABORTED, and the
-    transaction's UPDATE is nowhere (it was told OK, the UPDATE gone, before)."""
+    transaction's UPDATE is nowhere, as the client is told."""
     r = cluster_factory(2)
     r.client.define("""
 files:
