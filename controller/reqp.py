@@ -15,12 +15,13 @@ from functools import cached_property
 from controller.abdl import TextTooLong, ast, parse
 from controller.checks import as_compared, check_value, modifier
 from controller.checks import where as _where
+from controller.reach import file_named, files_reached
 from mbds.directory import Directory
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
-from mbds.traffic import COMPARE, RELOP_PB, predicate_count
-from mbds.values import Value, describe, from_pb, to_pb
+from mbds.traffic import RELOP_PB, predicate_count
+from mbds.values import Value, from_pb, to_pb
 
 # What a client may send; each bound is refused with its limit named (docs/abdl.md, "Limits").
 # The characters of a request's or transaction's text outside record bodies: bodies are
@@ -168,56 +169,14 @@ class Reqp:
         return min(timeout, MAX_TIMEOUT_S)
 
     def _file(self, name: str, pos: ast.Pos | None) -> FileSchema:
-        schema = self.directory.files.get(name.upper())
-        if schema is None:
-            raise SemanticError(f"{_where(pos)}unknown file {shorten(name.upper())}")
-        return schema
+        return file_named(self.directory, name, pos)
 
     # -------------------------------------------------------------- query --
-    def _files_of(self, conj: ast.Conjunction) -> list[FileSchema]:
-        """The files a conjunction reaches: those its FILE predicates select that have
-        every attribute it names. One that reaches none is refused, saying why, rather
-        than sent to backends that could only refuse it."""
-        files = list(self.directory.files.values())
-        named = None
-        selects: list[str] = []
-        for p in conj.predicates:
-            if p.attr != "FILE":
-                continue
-            if not isinstance(p.value, str):
-                raise SemanticError(f"{_where(p.pos)}FILE is compared with a file name, "
-                                    f"got {describe(p.value)}")
-            if p.op == "=":
-                named = self._file(p.value, p.pos)
-            files = [f for f in files if COMPARE[p.op](f.name, p.value.upper())]
-            selects.append(f"FILE {p.op} {shorten(p.value.upper())}")
-        if not files and selects:
-            raise SemanticError(f"{_where(conj.predicates[0].pos)}{_listed(selects)} "
-                                f"select{'s' if len(selects) == 1 else ''} no file")
-        attrs: list[str] = []
-        for p in conj.predicates:
-            if p.attr == "FILE" or p.attr in attrs:
-                continue
-            if named is not None and p.attr not in named.by_name:
-                raise SemanticError(f"{_where(p.pos)}unknown attribute {shorten(p.attr)} in "
-                                    f"file {named.name}")
-            if all(p.attr not in f.by_name for f in self.directory.files.values()):
-                raise SemanticError(f"{_where(p.pos)}unknown attribute {shorten(p.attr)}: "
-                                    "no file has it")
-            attrs.append(p.attr)
-            files = [f for f in files if p.attr in f.by_name]
-            if not files:
-                among = f" that {_listed(selects)} select{'s' if len(selects) == 1 else ''}" \
-                    if selects else ""
-                raise SemanticError(f"{_where(conj.predicates[0].pos)}no file{among} has "
-                                    f"all of {_listed([shorten(a) for a in attrs], ', ')}")
-        return files
-
     def _query(self, q: ast.Query) -> tuple[pb.Query, list[FileSchema]]:
         out = pb.Query()
         all_files: dict[str, FileSchema] = {}
         for conj in q.conjunctions:
-            files = self._files_of(conj)
+            files = files_reached(self.directory, conj)
             c = out.conjunctions.add(files=[f.name for f in files])
             for p in conj.predicates:
                 value: Value = p.value
@@ -364,8 +323,3 @@ class Reqp:
         return Prepared("RETRIEVE_COMMON", req, columns=columns, common=(la.name, ra.name),
                         left_width=len(lnames))
 
-
-def _listed(items: list[str], sep: str = " and ") -> str:
-    """`items` joined for an error message, at most three of them named."""
-    shown = sep.join(items[:3])
-    return shown if len(items) <= 3 else f"{shown}{sep}{len(items) - 3} more"
