@@ -42,10 +42,9 @@ from mbds.directory import Directory
 from mbds.errors import shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
+from mbds.service import MAX_BACKEND_NAME
 
 log = logging.getLogger("mbds.backend")
-# A backend is named by its data dir: one path component.
-MAX_BACKEND_NAME = 255
 
 
 class BackendNode:

@@ -28,7 +28,7 @@ from mbds.directory_parts import directory_entries, directory_parts
 from mbds.entries import EntryCheck, EntryError
 from mbds.errors import BackendUnavailable, shorten
 from mbds.proto import mbds_pb2 as pb
-from mbds.service import CLUSTER_KEY, EPOCH_KEY
+from mbds.service import CLUSTER_KEY, EPOCH_KEY, MAX_BACKEND_NAME
 
 log = logging.getLogger("mbds.controller")
 
@@ -81,6 +81,11 @@ class Membership:
         cluster (`members.py`)."""
         replies = await asyncio.gather(*(link.hello(self.connect_timeout)
                                          for link in self.links))
+        for r in replies:
+            if any(not 0 < len(n) <= MAX_BACKEND_NAME for n in r.members):
+                raise BackendUnavailable(
+                    f"backend {shorten(r.name)} names the cluster's backends with a name "
+                    f"empty or longer than {MAX_BACKEND_NAME} characters")
         self.members.identify({r.name: r.cluster for r in replies},
                               (n for r in replies if r.cluster for n in r.members))
         for link, reply in zip(self.links, replies, strict=True):

@@ -17,6 +17,8 @@ MAX_MESSAGE = 64 << 20
 # records) may add up to: the limit less room for the message around them. An item
 # larger than this alone can never be sent, and is refused naming the limit.
 MESSAGE_BUDGET = MAX_MESSAGE - (1 << 20)
+# A backend is named by its data dir: one path component.
+MAX_BACKEND_NAME = 255
 # Pings on every open call, both ways, find a peer that stopped answering without
 # closing its connection (a host gone, a partition, a frozen process): one unanswered
 # for 10 s (gRPC's own ping timeout is 60 s) breaks the connection, so the controller

@@ -182,3 +182,22 @@ def test_a_bus_hello_naming_backends_that_do_not_fit_its_peers_is_refused(
             node.writer.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_backends_naming_a_member_that_cannot_be_one_are_refused(tmp_path: Path) -> None:
+    """The names a controller learns from its backends are checked as they come."""
+    async def scenario(procs: list[Proc], addrs: list[str]) -> None:
+        c = await census(addrs, tmp_path / "c")
+        await c.close()
+        procs[0].stop()
+        with closing(sqlite3.connect(tmp_path / "b0" / "backend.db")) as conn, conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'members'", ('["", "b1"]',))
+        procs[0] = backend(tmp_path / "b0", addrs[0])
+        procs[0].wait_ready(30)
+        fresh = Coordinator(addrs, connect_timeout=10, log_path=tmp_path / "new" / "d.db")
+        with pytest.raises(BackendUnavailable, match="backend b0 names the cluster's "
+                                                     "backends with a name empty"):
+            await fresh.start()
+        await fresh.close()
+
+    run(tmp_path, scenario)
