@@ -111,6 +111,7 @@ class Coordinator:
                 self.unsent.MergeFrom(update)
             names = [x.name for x in self.links]
             units: dict[int, pb.TrafficUnit] = {}
+            inbox: Inbox | None = None
             loop = asyncio.get_running_loop()
             try:
                 inbox, units, insert_clusters = self._broadcast(prepared, transaction, names,
@@ -122,7 +123,14 @@ class Coordinator:
                     finally:
                         timer.cancel()
             except BaseException:      # refused, aborted, or its client went away
-                self.iig.unplace(names, units)
+                # IIG takes back the records no backend stored: a unit committed whose
+                # client left before its answer keeps its place.
+                if inbox is None:
+                    self.iig.unplace(names, units)
+                else:
+                    placed = units
+                    inbox.when_stored(lambda stored: self.iig.unplace(
+                        names, {b: tu for b, tu in placed.items() if b not in stored}))
                 raise
         finally:
             self.membership.leave()

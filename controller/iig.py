@@ -207,9 +207,9 @@ class Iig:
     def unplace(self, backends: list[str], units: dict[int, pb.TrafficUnit]) -> None:
         """Take back the placement of a traffic unit that failed: under the commit
         protocol no backend stored its records, so the next records of their clusters go
-        where these were meant to. (The counts only steer placement; a unit committed
-        whose client left before its answer is taken back too, and the controller
-        counts again at its next start.)"""
+        where these were meant to. (The counts only steer placement; a one-phase unit
+        whose commit crossed its abort is taken back too, and the controller counts
+        again at its next start.)"""
         for b, tu in units.items():
             name = backends[b]
             for req in tu.requests:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 
 from controller.decisions import Decisions
@@ -314,6 +314,18 @@ class Inbox:
                     msg.WhichOneof("body") in FINAL_KINDS:
                 self.ended.add(link)
         return self.one_phase_outcome()
+
+    def when_stored(self, then: Callable[[set[int]], None]) -> None:
+        """Calls `then` with the bus places of the backends that stored the unit's writes,
+        as far as PP knows: every one once the decision is on disk (when it is, if it is
+        being written), or those that reported a one-phase commit."""
+        deciding = self.deciding
+        if deciding is None:
+            then({x.index for x in self.one_phase if self.sent[x].final == "committed"})
+            return
+        everyone = {x.index for x in self.links}
+        deciding.add_done_callback(lambda task: then(
+            everyone if not task.cancelled() and task.exception() is None else set()))
 
     def one_phase_outcome(self) -> str:
         """A backend that writes the unit in one phase commits it by itself: an abort may
