@@ -54,6 +54,8 @@ class PreparedUnits:
         # Prepared before a restart, decision not heard: (epoch, seq) → marker.
         self.on_disk: dict[undo.Key, int] = undo.in_doubt(writer.conn)
         self.waiting: dict[undo.Key, TuState] = {}   # prepared since, awaiting decision
+        # Per epoch, the highest seq committed here (`undo.commit`), told at Hello.
+        self.committed: dict[str, int] = writer.committed
 
     def listed(self) -> list[undo.Key]:
         """Every unit still prepared here: its decision has not come, or is not yet
@@ -88,7 +90,9 @@ class PreparedUnits:
         while True:
             try:
                 if commit:
-                    await settle(self.writer.submit(partial(undo.forget, unit=unit)))
+                    epoch, seq = await settle(self.writer.submit(
+                        partial(undo.commit, unit=unit)))
+                    self.committed[epoch] = max(seq, self.committed.get(epoch, 0))
                 else:
                     before = await settle(self.writer.submit(
                         partial(undo.roll_back, unit=unit, files=dict(self.directory.files))))

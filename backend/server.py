@@ -23,6 +23,7 @@ from mbds.doors import RoleDoor
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import (
+    COMMITTED_RUNS,
     MESSAGE_BUDGET,
     SERVER_OPTIONS,
     foreign,
@@ -63,7 +64,9 @@ class BackendServicer(rpc.BackendServicer):
                                  pb.UnitId(epoch=e, seq=s)
                                  for e, s in self.node.prepared.listed()],
                              cluster=self.owner.cluster, bus_epoch=self.owner.epoch,
-                             members=self.owner.members)
+                             members=self.owner.members, committed=[
+                                 pb.UnitId(epoch=e, seq=s) for e, s in
+                                 list(self.node.prepared.committed.items())[-COMMITTED_RUNS:]])
 
     async def _admit(self, context: grpc.aio.ServicerContext, *, writes: bool) -> None:
         """Refuse a call from another cluster's controller, or one that `writes` from a

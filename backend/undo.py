@@ -34,6 +34,7 @@ SCHEMA = """
     CREATE INDEX IF NOT EXISTS undo_unit ON undo (unit, id);
     CREATE TABLE IF NOT EXISTS defined (
         unit INTEGER NOT NULL, file TEXT NOT NULL, was TEXT, PRIMARY KEY (unit, file));
+    CREATE TABLE IF NOT EXISTS committed (epoch TEXT PRIMARY KEY, seq INTEGER NOT NULL);
 """
 
 Key = tuple[str, int]      # (epoch, seq): a traffic unit of one controller's bus
@@ -128,8 +129,29 @@ def defining(conn: sqlite3.Connection, key: Key, files: list[str]) -> int:
     return cur.lastrowid
 
 
+def commit(conn: sqlite3.Connection, unit: int) -> Key:
+    """Commit of a prepared unit: `forget` it, and keep its seq if it is the highest of
+    its epoch committed here, which tells a decision log restored from an older copy
+    (`committed_through`). Returns the unit's (epoch, seq)."""
+    epoch, seq = conn.execute("SELECT epoch, seq FROM prepared WHERE id = ?",
+                              (unit,)).fetchone()
+    conn.execute("INSERT INTO committed (epoch, seq) VALUES (?, ?) ON CONFLICT (epoch) "
+                 "DO UPDATE SET seq = max(seq, excluded.seq)", (epoch, seq))
+    forget(conn, unit)
+    return epoch, seq
+
+
+def committed_through(conn: sqlite3.Connection, runs: int) -> dict[str, int]:
+    """The highest seq committed here in each of the latest `runs` epochs; older ones are
+    dropped (writer's connection, at start)."""
+    with transaction(conn):
+        conn.execute("DELETE FROM committed WHERE rowid NOT IN "
+                     "(SELECT rowid FROM committed ORDER BY rowid DESC LIMIT ?)", (runs,))
+    return dict(conn.execute("SELECT epoch, seq FROM committed ORDER BY rowid"))
+
+
 def forget(conn: sqlite3.Connection, unit: int) -> None:
-    """Commit of a prepared unit: its writes (or files) stay, its undo rows and marker go."""
+    """A prepared unit done with: its writes (or files) stay, its undo rows and marker go."""
     conn.execute("DELETE FROM undo WHERE unit = ?", (unit,))
     conn.execute("DELETE FROM defined WHERE unit = ?", (unit,))
     conn.execute("DELETE FROM prepared WHERE id = ?", (unit,))

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from backend import undo
 from backend.store import Store
 from mbds import metrics
+from mbds.service import COMMITTED_RUNS
 
 log = logging.getLogger("mbds.backend")
 
@@ -38,6 +39,8 @@ class Writer:
         self.group_size = metrics.COMMIT_GROUP.labels(name)
         self.conn.executescript(undo.SCHEMA)
         undo.never_reuse_rids(self.conn)
+        # Per epoch, the highest seq whose commit was carried out here (`PreparedUnits`).
+        self.committed = undo.committed_through(self.conn, COMMITTED_RUNS)
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="recp-writer", daemon=True)
         self._thread.start()

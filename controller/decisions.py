@@ -80,7 +80,7 @@ class Decisions:
                               "seq INTEGER NOT NULL, waiting TEXT NOT NULL, "
                               "PRIMARY KEY (epoch, seq))")
             if "epochs" not in tables:
-                self.conn.execute("CREATE TABLE epochs (epoch TEXT PRIMARY KEY)")
+                self.conn.execute("CREATE TABLE epochs (epoch TEXT PRIMARY KEY, decided INTEGER)")
                 if "decisions" in tables:
                     # A log from before epochs were recorded has presumed abort for the
                     # units of its own runs all along and cannot list those runs: it
@@ -89,15 +89,25 @@ class Decisions:
                     # still hold of those runs, as it would have before); refusing them
                     # at once would leave such units in doubt with no log to settle them.
                     self.conn.execute("INSERT OR IGNORE INTO epochs "
-                                      "SELECT DISTINCT epoch FROM decisions")
-                    self.conn.execute("INSERT OR IGNORE INTO epochs VALUES (?)",
+                                      "SELECT DISTINCT epoch, NULL FROM decisions")
+                    self.conn.execute("INSERT OR IGNORE INTO epochs VALUES (?, NULL)",
                                       (EARLIER_RUNS,))
+            elif "decided" not in {c for (_, c, *_) in self.conn.execute(
+                    "PRAGMA table_info(epochs)")}:
+                # The runs before each run's last decision was recorded: NULL, not known.
+                self.conn.execute("ALTER TABLE epochs ADD COLUMN decided INTEGER")
             self.conn.execute("COMMIT")
         except BaseException:
             _roll_back(self.conn)
             raise
-        # The epochs this log began: it holds every commit decided in them.
-        self.epochs = {e for (e,) in self.conn.execute("SELECT epoch FROM epochs")}
+        # The epochs this log began: it holds every commit decided in them. With each,
+        # the highest seq it decided to commit (None: not recorded, a log made before).
+        self.decided: dict[str, int | None] = dict(
+            self.conn.execute("SELECT epoch, decided FROM epochs"))
+        self.epochs = set(self.decided)
+        # Epochs this log is behind in: a backend carried out a commit of one that the
+        # log never decided, so it is an older copy (`heard`), with that backend and seq.
+        self.behind: dict[str, tuple[str, int]] = {}
         self._reported: dict[str, frozenset[Key]] = {}   # by `outside`, per backend
         # Committed units, with the backends that have not yet forgotten them.
         self.logged: dict[Key, set[str]] = {
@@ -115,8 +125,9 @@ class Decisions:
         """Record `epoch` as this log's, on disk whatever `synchronous` says, before any
         unit of it goes down a bus: from then on the log answers for its units."""
         if epoch not in self.epochs:
-            self._synced("INSERT OR IGNORE INTO epochs VALUES (?)", epoch)
+            self._synced("INSERT OR IGNORE INTO epochs VALUES (?, 0)", epoch)
             self.epochs.add(epoch)
+            self.decided[epoch] = 0
 
     def _synced(self, sql: str, epoch: str) -> None:
         """A change of the epochs, on disk when it returns (once per run: no decision is
@@ -131,8 +142,20 @@ class Decisions:
 
     def covers(self, key: Key) -> bool:
         """Whether this log can tell the unit's outcome: it began the unit's epoch, so it
-        holds the decision if the unit was committed (and `outcome` may presume abort)."""
-        return key[0] in self.epochs or EARLIER_RUNS in self.epochs
+        holds the decision if the unit was committed (and `outcome` may presume abort),
+        and no backend has carried out a commit of that epoch it never decided."""
+        return (key[0] in self.epochs or EARLIER_RUNS in self.epochs) and \
+            key[0] not in self.behind
+
+    def heard(self, backend: str, committed: Sequence[Key]) -> None:
+        """`backend` has carried out commits up to these seqs in these epochs (its Hello):
+        one past what this log decided in an epoch it began shows the log to be an older
+        copy of itself, which must not presume abort in that epoch."""
+        for epoch, seq in committed:
+            decided = self.decided.get(epoch)
+            if decided is not None and seq > decided and \
+                    seq > self.behind.get(epoch, ("", 0))[1]:
+                self.behind[epoch] = (backend, seq)
 
     def met_every_backend(self) -> None:
         """The controller's start has resolved every backend's in-doubt units: a log
@@ -149,10 +172,18 @@ class Decisions:
         units = (f"{len(keys)} in-doubt units ({first}, and {more} more)" if more
                  else f"in-doubt unit ({first})")
         where = f" ({shorten(str(self.path), 200)})" if self.path is not None else ""
-        why = (f"backend {backend} holds {units} that this controller's decision log"
-               f"{where} does not cover (its --data-dir is new or was replaced): "
-               f"{'their outcome is' if more else 'its outcome is'} unknown here; start "
-               "the controller on the --data-dir that made it")
+        if epoch in self.behind:
+            other, through = self.behind[epoch]
+            why = (f"backend {backend} holds {units} that this controller's decision log"
+                   f"{where} cannot tell the outcome of: backend {other} has carried out "
+                   f"the commit of seq {through} of that epoch, which this log never "
+                   f"decided (it decided up to seq {self.decided[epoch]}), so the log is "
+                   "an older copy of itself; start the controller on its latest --data-dir")
+        else:
+            why = (f"backend {backend} holds {units} that this controller's decision log"
+                   f"{where} does not cover (its --data-dir is new or was replaced): "
+                   f"{'their outcome is' if more else 'its outcome is'} unknown here; "
+                   "start the controller on the --data-dir that made it")
         if self._reported.get(backend) != frozenset(keys):
             self._reported[backend] = frozenset(keys)
             log.error("%s", why)
@@ -270,9 +301,17 @@ class Decisions:
         try:
             conn.executemany("INSERT OR REPLACE INTO decisions VALUES (?, ?, ?)",
                              [(k[0], k[1], json.dumps(sorted(p))) for k, p, _ in adds])
+            decided: dict[str, int] = {}
+            for (epoch, seq), _, _ in adds:
+                decided[epoch] = max(seq, decided.get(epoch, 0))
+            conn.executemany("UPDATE epochs SET decided = max(decided, ?) WHERE epoch = ?",
+                             [(seq, epoch) for epoch, seq in decided.items()])
             conn.executemany("DELETE FROM decisions WHERE epoch = ? AND seq = ?",
                              list(drops))
             conn.execute("COMMIT")
+            for epoch, seq in decided.items():
+                if self.decided.get(epoch) is not None:
+                    self.decided[epoch] = max(seq, self.decided[epoch] or 0)
         except BaseException:
             _roll_back(conn)
             raise

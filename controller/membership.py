@@ -28,7 +28,13 @@ from mbds.directory_parts import directory_entries, directory_parts
 from mbds.entries import EntryCheck, EntryError
 from mbds.errors import BackendUnavailable, shorten
 from mbds.proto import mbds_pb2 as pb
-from mbds.service import CLUSTER_KEY, EPOCH_KEY, MAX_BACKEND_NAME
+from mbds.service import (
+    CLUSTER_KEY,
+    COMMITTED_RUNS,
+    EPOCH_KEY,
+    MAX_BACKEND_NAME,
+    MAX_EPOCH,
+)
 
 log = logging.getLogger("mbds.controller")
 
@@ -86,6 +92,7 @@ class Membership:
                 raise BackendUnavailable(
                     f"backend {shorten(r.name)} names the cluster's backends with a name "
                     f"empty or longer than {MAX_BACKEND_NAME} characters")
+            self._heard(r)          # every backend's commits, before any unit is resolved
         self.members.identify({r.name: r.cluster for r in replies},
                               (n for r in replies if r.cluster for n in r.members))
         for link, reply in zip(self.links, replies, strict=True):
@@ -206,6 +213,7 @@ class Membership:
         """Hello, and the backend's in-doubt units resolved before it serves anything."""
         reply = await link.hello(timeout)
         self._admitted(link, reply)
+        self._heard(reply)
         units = [(u.epoch, u.seq) for u in reply.in_doubt]
         self.decisions.settled(reply.name, set(units))
         # Presumed abort only where the log would hold a commit: a unit of an epoch it
@@ -235,6 +243,17 @@ class Membership:
         if reply.in_doubt:
             raise link.unavailable(f"{len(reply.in_doubt)} units still in doubt")
         return reply
+
+    def _heard(self, reply: pb.HelloReply) -> None:
+        """The decision log learns how far the backend has carried out commits (it tells
+        a log restored from an older copy); the list is checked for its bounds first."""
+        if len(reply.committed) > COMMITTED_RUNS or any(
+                not 0 < len(u.epoch) <= MAX_EPOCH for u in reply.committed):
+            raise BackendUnavailable(
+                f"backend {shorten(reply.name)} lists {len(reply.committed)} epochs it "
+                f"committed in (at most {COMMITTED_RUNS}), or one empty or longer than "
+                f"{MAX_EPOCH} characters")
+        self.decisions.heard(reply.name, [(u.epoch, u.seq) for u in reply.committed])
 
     def _admitted(self, link: BackendLink, reply: pb.HelloReply) -> None:
         """Refuse a backend of another cluster, or one serving another controller's bus;

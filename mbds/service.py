@@ -19,6 +19,11 @@ MAX_MESSAGE = 64 << 20
 MESSAGE_BUDGET = MAX_MESSAGE - (1 << 20)
 # A backend is named by its data dir: one path component.
 MAX_BACKEND_NAME = 255
+# The runs of a controller (epochs) a backend keeps the highest committed seq of, and
+# tells at its hello: the latest ones, whose decision log may be checked against them.
+COMMITTED_RUNS = 64
+# An epoch as a controller makes it (uuid hex) is short; one past this is refused.
+MAX_EPOCH = 64
 # Pings on every open call, both ways, find a peer that stopped answering without
 # closing its connection (a host gone, a partition, a frozen process): one unanswered
 # for 10 s (gRPC's own ping timeout is 60 s) breaks the connection, so the controller

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from backend import undo
 from controller.coordinator import Coordinator
 from controller.decisions import EARLIER_RUNS, Decisions
 from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
+from mbds.service import COMMITTED_RUNS, MAX_EPOCH
 
 
 def test_a_log_covers_the_epochs_it_began_and_no_other(tmp_path: Path) -> None:
@@ -120,6 +122,65 @@ def test_what_the_log_does_not_cover_is_said_in_bounded_size_and_logged_once(
                                                               "backend b2 holds 50"]
 
 
+def test_a_log_that_never_decided_a_commit_a_backend_carried_out_is_an_older_copy(
+        tmp_path: Path) -> None:
+    """Each epoch's highest decided seq is kept with the decisions; a backend that has
+    committed past it in that epoch shows the log to be an older copy, which then
+    covers none of that epoch's units (no presumed abort), and says why."""
+    path = tmp_path / "decisions.db"
+
+    async def first() -> None:
+        d = Decisions(path, "NORMAL")
+        d.begin("e1")
+        await d.commit(("e1", 3), ["b0", "b1"])
+        await d.commit(("e1", 2), ["b0"])
+        await d.close()
+
+    async def second() -> None:
+        d = Decisions(path, "FULL")
+        assert d.decided == {"e1": 3}
+        d.heard("b0", [("e1", 3), ("elsewhere", 50)])   # as far as it decided: current
+        assert d.covers(("e1", 4)) and not d.behind
+        d.heard("b2", [("e1", 7)])
+        d.heard("b0", [("e1", 5)])
+        assert not d.covers(("e1", 4)) and d.behind == {"e1": ("b2", 7)}
+        why = d.outside("b1", [("e1", 4)])
+        assert why == (f"backend b1 holds in-doubt unit (epoch e1, seq 4) that this "
+                       f"controller's decision log ({path}) cannot tell the outcome of: "
+                       "backend b2 has carried out the commit of seq 7 of that epoch, "
+                       "which this log never decided (it decided up to seq 3), so the log "
+                       "is an older copy of itself; start the controller on its latest "
+                       "--data-dir")
+        await d.close()
+
+    asyncio.run(first())
+    asyncio.run(second())
+
+
+def test_a_log_made_before_decided_seqs_were_kept_checks_only_its_new_epochs(
+        tmp_path: Path) -> None:
+    path = tmp_path / "decisions.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE decisions (epoch TEXT NOT NULL, seq INTEGER NOT NULL, "
+                     "waiting TEXT NOT NULL, PRIMARY KEY (epoch, seq))")
+        conn.execute("CREATE TABLE epochs (epoch TEXT PRIMARY KEY)")
+        conn.execute("INSERT INTO epochs VALUES ('old')")
+        conn.commit()
+
+    async def run() -> None:
+        d = Decisions(path, "NORMAL")
+        d.begin("new")
+        d.heard("b0", [("old", 90), ("new", 1)])
+        assert d.covers(("old", 5)) and not d.covers(("new", 1))
+        await d.commit(("new", 1), ["b0"])
+        await d.close()
+
+    asyncio.run(run())
+    with closing(sqlite3.connect(path)) as conn:
+        assert dict(conn.execute("SELECT epoch, decided FROM epochs")) == {
+            "old": None, "new": 1}
+
+
 class _Stub:
     def __init__(self) -> None:
         self.resolved: list[pb.Outcomes] = []
@@ -171,6 +232,44 @@ def test_a_hello_resolves_the_units_the_log_covers_and_leaves_the_others_in_doub
         await c.close()
 
     asyncio.run(run())
+
+
+class _Committed(_Link):
+    def __init__(self, committed: list[tuple[str, int]]) -> None:
+        super().__init__([])
+        self.committed = committed
+
+    async def hello(self, timeout: float) -> pb.HelloReply:
+        return pb.HelloReply(name="b1", committed=[pb.UnitId(epoch=e, seq=s)
+                                                   for e, s in self.committed])
+
+
+@pytest.mark.parametrize("committed", [[(f"e{i}", 1) for i in range(COMMITTED_RUNS + 1)],
+                                       [("", 1)], [("x" * (MAX_EPOCH + 1), 1)]])
+def test_a_hello_listing_its_commits_beyond_their_bounds_is_refused(
+        committed: list[tuple[str, int]]) -> None:
+    async def run() -> None:
+        c = Coordinator([])
+        c.membership.members.identify({})      # as `start` does with no backend yet
+        with pytest.raises(BackendUnavailable, match=r"lists \d+ epochs it committed in "
+                           rf"\(at most {COMMITTED_RUNS}\), or one empty or longer than "
+                           rf"{MAX_EPOCH} characters"):
+            await c.membership._hello(_Committed(committed), 1)  # type: ignore[arg-type]
+        assert not c.decisions.behind
+        await c.close()
+
+    asyncio.run(run())
+
+
+def test_a_backend_keeps_the_highest_seq_it_committed_of_its_latest_epochs() -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.executescript(undo.SCHEMA)
+    for epoch, seq in [("a", 5), ("a", 3), ("b", 1), ("c", 2), ("a", 9), ("d", 4)]:
+        unit = undo.UndoLog(conn, (epoch, seq)).unit
+        assert undo.commit(conn, unit) == (epoch, seq)
+    assert conn.execute("SELECT COUNT(*) FROM prepared").fetchone()[0] == 0
+    assert undo.committed_through(conn, 3) == {"b": 1, "c": 2, "d": 4}
+    assert undo.committed_through(conn, 3) == {"b": 1, "c": 2, "d": 4}
 
 
 def test_a_full_disk_is_named_as_what_failed_the_decision(tmp_path: Path) -> None:

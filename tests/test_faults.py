@@ -211,6 +211,50 @@ def test_a_controller_on_a_new_data_dir_leaves_a_unit_it_never_logged_in_doubt(
     assert prepared_left(r) == NOWHERE
 
 
+def test_a_controller_on_an_older_copy_of_its_log_leaves_a_unit_it_decided_in_doubt(
+        cluster_factory) -> None:
+    """The controller's --data-dir is copied while it runs; then a unit is acknowledged
+    (its decision logged), b0 and b2 commit it, and b1 dies before it does. Restored
+    from the copy, the log began the unit's epoch but never decided the unit: presuming
+    it aborted would roll b1's part back under the others' committed ones. b0's hello
+    tells the log is older than its commits: the controller does not start, and b1
+    keeps the unit prepared; on its latest data dir the unit commits on b1 too."""
+    r = with_fault_on_b1(cluster_factory, "backend.before_commit=crash")
+    older = r.cluster.data_dir / "controller.older"
+    older.mkdir()
+    db = r.cluster.data_dir / "controller" / "decisions.db"
+    with closing(sqlite3.connect(db)) as src, closing(sqlite3.connect(older / db.name)) as dst:
+        src.backup(dst)                          # a consistent copy of the live log
+    for f in (r.cluster.data_dir / "controller").iterdir():
+        if not f.name.startswith("decisions.db"):
+            shutil.copy2(f, older / f.name)
+    r.client.execute(UNIT)
+    r.cluster.backends[1].popen.wait(30)         # it crashed at the point, in doubt
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    latest = r.cluster.data_dir / "controller.latest"
+    (r.cluster.data_dir / "controller").rename(latest)
+    older.rename(r.cluster.data_dir / "controller")
+    r.cluster.restart_backend(1)
+    [unit] = hello(r, 1).in_doubt
+    port = int(r.cluster.address.rsplit(":", 1)[1])
+    with pytest.raises(ProcessFailed) as err:
+        r.cluster.start_controller(port)
+    assert (f"backend b1 holds in-doubt unit (epoch {unit.epoch}, seq {unit.seq}) that "
+            f"this controller's decision log ({db}) cannot tell the outcome of: backend "
+            f"b") in str(err.value)
+    assert (f"has carried out the commit of seq {unit.seq} of that epoch, which this log "
+            "never decided") in str(err.value)
+    assert [u.seq for u in hello(r, 1).in_doubt] == [unit.seq]
+    assert prepared_left(r)["b1"] > 0
+    assert stored(r) == EVERYWHERE
+    shutil.rmtree(r.cluster.data_dir / "controller")
+    latest.rename(r.cluster.data_dir / "controller")
+    r.cluster.restart_controller()
+    assert per_backend(r) == EVERYWHERE
+    assert prepared_left(r) == NOWHERE
+
+
 def stored(r: Running) -> dict[str, int]:
     """The unit's records in each backend's file, committed or prepared."""
     out = {}
