@@ -229,6 +229,9 @@ def json_records(binary: Iterable[bytes], where: str, file: str,
         except _Twice as e:
             raise Refused(f"line {n}: key {shorten(repr(e.key))} appears twice in an "
                           "object") from None
+        except RecursionError:
+            raise Refused(f"line {n}: not JSON this reader takes (arrays or objects "
+                          "nested too deeply)") from None
         except ValueError as e:     # the column, as the line is the input's
             why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
             raise Refused(f"line {n}: not JSON ({shorten(str(why))})") from None

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -33,13 +34,21 @@ SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
 
 
-def _until_refused(records: Iterable[Record], failed: list[Exception]) -> Iterator[Record]:
+def _until_refused(records: Iterable[Record], failed: list[Exception],
+                   stopped: threading.Event) -> Iterator[Record]:
     """`records` up to the first refused, whose error is kept in `failed`: raised in
-    gRPC's request thread it would come back as UNKNOWN, unnamed."""
+    gRPC's request thread it would come back as UNKNOWN, unnamed. Once `stopped` (Ctrl-C),
+    no more: the input may be closed under the thread reading it."""
     try:
-        yield from records
+        for record in records:
+            if stopped.is_set():
+                return
+            yield record
     except BAD_INPUT as e:
         failed.append(e)
+    except ValueError:
+        if not stopped.is_set():
+            raise
 
 
 def _count(path: str, fmt: str) -> int:
@@ -90,16 +99,25 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
             acknowledged[0] += d.stats.records_retrieved
             yield d
 
+    stopped = threading.Event()
     try:
         with Client(controller) as c, click.open_file(path, "rb") as binary:
             file, types = _definition(c, name)
             read = csv_records if fmt == "csv" else json_records
             where = "standard input" if path == "-" else path
-            records = _until_refused(read(binary, where, file, types), failed)
+            records = _until_refused(read(binary, where, file, types), failed, stopped)
             regular = path != "-" and progress is not False and Path(path).is_file()
             total = _count(path, fmt) if regular else 0
-            done = track_load(counted(c.load(file, list(types), records, chunk=chunk)),
-                              total, load_progress(total, progress) if total else None)
+            try:
+                done = track_load(counted(c.load(file, list(types), records, chunk=chunk)),
+                                  total, load_progress(total, progress) if total else None)
+            except KeyboardInterrupt:
+                stopped.set()       # before the input closes under gRPC's reading thread
+                raise
+    except KeyboardInterrupt:
+        click.echo(f"error: interrupted; the batches acknowledged are stored (records "
+                   f"loaded into {file}: {max(acknowledged[0], 0)})", err=True)
+        sys.exit(130)
     except ClientError as e:
         # A load cut short (the controller gone, say) says how far it came: the batches
         # acknowledged are stored, whatever happened to those after them.

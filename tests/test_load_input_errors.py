@@ -100,6 +100,8 @@ def test_a_quote_left_open_in_the_header_is_refused_before_anything_is_sent(
      'line 2, S: "\\ud800" is not valid UTF-8 (character U+D800 at position 0)'),
     ('{"N": 2, "BODY": "ok \\udc80"}',
      'line 2, BODY: "ok \\udc80" is not valid UTF-8 (character U+DC80 at position 3)'),
+    ('{"N": 2, "BODY": ' + "[" * 100_000 + "]" * 100_000 + "}",
+     "line 2: not JSON this reader takes (arrays or objects nested too deeply)"),
 ])
 def test_jsonl_a_value_or_key_it_cannot_take_is_refused_naming_the_line(
         cluster: Running, line: str, error: str) -> None:

@@ -6,6 +6,8 @@ with every record before it loaded and none after."""
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 import zlib
@@ -247,3 +249,30 @@ def test_a_load_cut_short_says_how_many_records_it_stored(cluster_factory,
     err = out.stderr.decode()
     assert "fault injected at backend.before_prepare" in err
     assert err.rstrip().endswith(f"(records loaded into CUT: {len(stored(r, 'CUT'))})")
+
+
+def test_a_load_stopped_by_ctrl_c_says_how_many_records_it_stored(cluster: Running,
+                                                                  tmp_path: Path) -> None:
+    """Ctrl-C part way through a load ends it with no traceback, exit 130, and the number
+    of records acknowledged, which are stored; a batch under way is stored whole or not
+    at all."""
+    define(cluster, "STOPPED")
+    data = tmp_path / "stopped.csv"
+    data.write_text("N,X,S\n" + "".join(f"{n % 1000},0.5,s\n" for n in range(1_000_000)))
+    load = subprocess.Popen([sys.executable, "-m", "mbds", "load", "file", "STOPPED", str(data),
+                             "--chunk", "1000", "--no-progress", "--controller",
+                             cluster.cluster.address], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    count = "RETRIEVE (FILE = Stopped) (COUNT(N))"
+    while not cluster.client.execute(count)[0].records[0]["COUNT(N)"]:
+        assert load.poll() is None, load.communicate()
+    load.send_signal(signal.SIGINT)
+    out, err = load.communicate(timeout=60)
+    assert load.returncode == 130, err.decode()
+    text = err.decode()
+    assert "Traceback" not in text and "Exception" not in text, text
+    m = re.fullmatch(r"error: interrupted; the batches acknowledged are stored \(records "
+                     r"loaded into STOPPED: (\d+)\)\n", text)
+    assert m is not None, text
+    acknowledged, now = int(m[1]), cluster.client.execute(count)[0].records[0]["COUNT(N)"]
+    assert acknowledged <= now < 1_000_000 and now % 1000 == 0
