@@ -101,9 +101,13 @@ def _ident(name: object, what: str) -> str:
     return upper
 
 
+def _article(word: str) -> str:
+    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
+
+
 def _typed(value: object, attr: Attribute, where: str) -> Scalar:
     if not attr.accepts(value):
-        raise DefinitionError(f"{where}: {shorten(repr(value))} is not a {attr.type} value "
+        raise DefinitionError(f"{where}: {shorten(repr(value))} is not {_article(attr.type)} value "
                               f"for {attr.name}")
     if isinstance(value, float) and not math.isfinite(value):
         # NaN compares false with everything (no order, no equality); infinities are no bounds.
@@ -184,16 +188,46 @@ class _Loader(yaml.SafeLoader):
                 "or aliases)")
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A key written twice is refused: YAML would keep the last one silently, an
+        attribute's type or a file's whole definition given twice."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    mark = key_node.start_mark
+                    raise DefinitionError(
+                        f"line {mark.line + 1}, column {mark.column + 1}: key "
+                        f"{shorten(repr(key))} appears twice in a mapping")
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
-# Booleans as YAML 1.2's core schema has them: only true and false. YAML 1.1 also reads
-# yes/no/on/off as booleans, which turns type-B values such as NO (Norway) or ON
-# (Ontario), or attributes so named, into True and False.
-_BOOL = "tag:yaml.org,2002:bool"
+
+# Scalars as YAML 1.2's core schema reads them: booleans only true and false, integers
+# decimal (a leading 0 is not octal), 0o octal and 0x hex, no base 60 (1:30) or
+# underscores, floats with an exponent alone (1e5) too, and no timestamps. YAML 1.1
+# reads NO (Norway) as False, 010 as 8 and 1:30 as 90.
+_BOOL, _INT, _FLOAT = ("tag:yaml.org,2002:" + t for t in ("bool", "int", "float"))
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL]
+    first: [(tag, rx) for tag, rx in resolvers if tag == "tag:yaml.org,2002:null"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _Loader.add_implicit_resolver(
     _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    _FLOAT, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+.0123456789"))
+
+
+def _core_int(loader: yaml.SafeLoader, node: Any) -> int:
+    text = loader.construct_scalar(node)
+    base = {"0o": 8, "0x": 16}.get(text[:2], 10)
+    return int(text[2:] if base != 10 else text, base)
+
+
+_Loader.add_constructor(_INT, _core_int)
 
 
 def parse_definition(text: str) -> list[FileSchema]:

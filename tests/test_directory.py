@@ -110,7 +110,7 @@ def test_entries_allocated_for_a_refused_unit_are_taken_back() -> None:
     ("files: {F: {attributes: {A: integer}, directory: {B: {type: C}}}}", "not an attribute"),
     ("files: {F: {attributes: {FILE: integer}}}", "reserved"),
     ("files: {F: {attributes: {A: integer}, directory: {A: {type: B, values: [x]}}}}",
-     "not a integer"),
+     "not an integer"),
     ("files: [", "not valid YAML"),
     ("files: {dup: {attributes: {A: integer}}, DUP: {attributes: {B: integer}}}",
      r"^file names repeat \(case-insensitively\): DUP$"),

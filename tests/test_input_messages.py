@@ -18,7 +18,7 @@ from controller.abdl import AbdlSyntaxError, parse
 from controller.abdl.lexer import quote
 from mbds.client import ClientError
 from mbds.proto import mbds_pb2 as pb
-from mbds.schema import parse_definition
+from mbds.schema import DefinitionError, parse_definition
 from mbds.values import INT64_MAX, INT64_MIN, from_pb, to_pb
 from tests.conftest import Running, start_cluster
 
@@ -50,6 +50,53 @@ def test_yes_no_on_off_in_a_definition_are_the_strings_written() -> None:
 def test_true_and_false_are_still_booleans(written: str, read: str) -> None:
     with pytest.raises(Exception, match=f"{read} is not a string value for CODE"):
         parse_definition(COUNTRIES.replace("SE,", f"{written},"))
+
+
+YAML_NUMBERS = """
+files:
+  N:
+    attributes: {I: integer, F: float, S: string}
+    directory:
+      I: {type: B, values: [%s]}
+      F: {type: A, ranges: [[0, %s]]}
+"""
+
+
+@pytest.mark.parametrize("written, value", [("010", 10), ("0o10", 8), ("0x1F", 31),
+                                            ("-7", -7), ("+3", 3)])
+def test_integers_in_a_definition_are_read_as_yaml_1_2_reads_them(written: str,
+                                                                   value: int) -> None:
+    [f] = parse_definition(YAML_NUMBERS % (written, "1"))
+    assert [d.value for d in f.descriptor_specs["I"]] == [value]
+
+
+@pytest.mark.parametrize("written, value", [("1e5", 1e5), ("2.5E-3", 2.5e-3), (".5", 0.5),
+                                            ("5.", 5.0)])
+def test_floats_in_a_definition_are_read_as_yaml_1_2_reads_them(written: str,
+                                                                 value: float) -> None:
+    [f] = parse_definition(YAML_NUMBERS % ("1", written))
+    assert [d.high for d in f.descriptor_specs["F"]] == [value]
+
+
+@pytest.mark.parametrize("written", ["1:30", "1_000", "2024-01-01"])
+def test_what_yaml_1_1_took_for_a_number_or_a_date_is_a_string(written: str) -> None:
+    with pytest.raises(DefinitionError, match=f"'{written}' is not an integer value for I"):
+        parse_definition(YAML_NUMBERS % (written, "1"))
+
+
+@pytest.mark.parametrize("text, where, key", [
+    ("files:\n  A:\n    attributes: {X: integer, Y: string, X: string}\n", "3, column 41",
+     "X"),
+    ("files:\n  A:\n    attributes: {X: integer}\n  A:\n    attributes: {X: string}\n",
+     "4, column 3", "A"),
+    ("files:\n  A:\n    attributes: {X: integer}\n    directory:\n"
+     "      X: {type: A, ranges: [[0, 1]], ranges: [[2, 3]]}\n", "5, column 38", "ranges"),
+])
+def test_a_key_written_twice_in_a_definition_is_refused_naming_where(text: str, where: str,
+                                                                     key: str) -> None:
+    with pytest.raises(DefinitionError) as e:
+        parse_definition(text)
+    assert str(e.value) == f"line {where}: key '{key}' appears twice in a mapping"
 
 
 @pytest.fixture(scope="module")
