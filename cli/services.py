@@ -23,7 +23,7 @@ from mbds.client import DEFAULT_CONTROLLER
 from mbds.cluster import end_with_launcher
 from mbds.dirlock import DirInUse
 from mbds.doors import DoorError, TokensFile
-from mbds.errors import MbdsError
+from mbds.errors import MbdsError, shorten
 from mbds.service import ListenError
 from mbds.tls import TlsError
 
@@ -168,7 +168,9 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
               show_default=True)
 @click.option("--internal-timing", type=click.Choice(["on", "off"]), default="on",
               show_default=True)
-@click.option("--synchronous", default="NORMAL", show_default=True)
+@click.option("--synchronous", default="NORMAL", show_default=True,
+              type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
+              help="SQLite synchronous mode of every backend and the decision log.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535),
               help="Controller /metrics port; backend K uses +1+K (default: free ports).")
 @click.option("--no-metrics", is_flag=True, help="Serve no Prometheus /metrics.")
@@ -251,9 +253,10 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
                    "certificate with the cluster's ca.pem, as a client does (env MBDS_CA). "
                    "--tls-dir, when given, is used instead.")
 @click.option("--of", "role", type=click.Choice(["controller", "backend"]),
-              default="controller", show_default=True, help="What runs at ADDRESS.")
+              help="What runs at ADDRESS, whose certificate --tls-dir checks [default: a "
+                   "controller, then a backend].")
 def health(address: str, timeout: float, tls_dir: Path | None, ca: Path | None,
-           role: str) -> None:
+           role: str | None) -> None:
     """Exit 0 when the process at ADDRESS reports SERVING (gRPC health service).
 
     A liveness check: a controller serves while a backend is down (`mbds status` exits
@@ -262,22 +265,30 @@ def health(address: str, timeout: float, tls_dir: Path | None, ca: Path | None,
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from mbds.tls import Identity, client_credentials
-    def channel() -> grpc.Channel:
+    def channel(of: str) -> grpc.Channel:
         try:
             if tls_dir is not None:
-                creds, options = Identity.load(tls_dir, "controller").channel(role)
+                creds, options = Identity.load(tls_dir, "controller").channel(of)
                 return grpc.secure_channel(address, creds, options=options)
             if ca is not None:      # the client port: the CA alone, no key, no token
                 return grpc.secure_channel(address, client_credentials(ca, None))
         except TlsError as e:
             fail(e)
         return grpc.insecure_channel(address)
-    try:
-        with channel() as ch:
-            reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
-                                                          timeout=timeout)
-    except grpc.RpcError as e:
-        fail(f"{address}: {e.code().name}")
+    # Over mutual TLS the certificate at ADDRESS is checked for a role's name: unless
+    # told which, a controller's and then a backend's (a wrong one fails the handshake).
+    roles = [role] if role is not None else ["controller", "backend"]
+    if tls_dir is None:
+        roles = roles[:1]
+    for i, of in enumerate(roles):
+        try:
+            with channel(of) as ch:
+                reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
+                                                              timeout=timeout)
+            break
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE or i == len(roles) - 1:
+                fail(f"{address}: {e.code().name}: {shorten(e.details() or '', 300)}")
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     click.echo(status)
     sys.exit(0 if status == "SERVING" else 1)

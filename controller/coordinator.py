@@ -282,6 +282,10 @@ class Coordinator:
 
     async def status(self, file: str = "") -> pb.StatusReply:
         self._serving()
+        # A backend that came back since its bus broke is reported up (and rejoined) on
+        # an idle cluster too, not only once a request has reconnected it.
+        with contextlib.suppress(BackendUnavailable):
+            await self.membership.ensure_up()
         out = pb.StatusReply(files=sorted(
             self.directory.files), directory_digest=self.directory.digest(),
             metrics_url=self.metrics_url, internal_timing=self.internal_timing,

@@ -161,6 +161,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     rpc.add_IigServicer_to_server(IigServicer(coordinator), internal)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, internal)
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await internal.start()
     await server.start()

@@ -58,6 +58,41 @@ def test_status_exits_2_while_a_backend_is_down_and_health_stays_serving(
     assert h.returncode == 0 and h.stdout.strip() == "SERVING", h.stdout + h.stderr
     helped = mbds("status", "--help")
     assert helped.returncode == 0 and "2 when one is not" in " ".join(helped.stdout.split())
+    # Back again: status reports it up on an idle cluster, no request in between.
+    r.cluster.restart_backend(1)
+    again: list[subprocess.CompletedProcess] = []
+
+    def back() -> bool:
+        again.append(mbds("status", "--controller", address))
+        return again[-1].returncode == 0
+    wait_for(back, 30, "status exiting 0 once backend b1 is back")
+    assert again[-1].stdout.count(" up") == 2, again[-1].stdout
+
+
+def test_health_answers_on_every_port_over_mutual_tls_with_the_cluster_certificates(
+        cluster_factory) -> None:
+    """A backend and the controller's internal port, with --tls-dir alone: the role whose
+    certificate name to check is found; given wrong, the error names the handshake."""
+    r: Running = cluster_factory(1)
+    assert r.cluster.tls_dir is not None and r.cluster.controller is not None
+    [internal] = [line.rsplit(" ", 1)[1] for line in r.cluster.controller.tail
+                  if line.startswith("controller internal (IIG) on ")]
+    backend = r.cluster.backends[0].address or ""
+    tls = ["--tls-dir", str(r.cluster.tls_dir)]
+    for address in (backend, internal):
+        out = mbds("health", "--address", address, *tls)
+        assert out.returncode == 0 and out.stdout == "SERVING\n", out.stdout + out.stderr
+    assert mbds("health", "--address", backend, *tls, "--of", "backend").returncode == 0
+    wrong = mbds("health", "--address", backend, *tls, "--of", "controller")
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith(f"error: {backend}: UNAVAILABLE: "), wrong.stderr
+    assert len(wrong.stderr) < 500
+
+
+def test_mbds_up_refuses_a_synchronous_mode_sqlite_has_not() -> None:
+    out = mbds("up", "--synchronous", "bogus", "--backends", "1")
+    assert out.returncode == 2
+    assert "Invalid value for '--synchronous': 'bogus' is not one of" in out.stderr
 
 
 @pytest.fixture
