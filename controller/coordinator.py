@@ -37,6 +37,9 @@ log = logging.getLogger("mbds.controller")
 # Seconds a client may leave a reply of its answer untaken before its traffic unit is
 # aborted (its locks released): the controller's --stalled-reader.
 STALLED_READER = 5.0
+# Seconds `mbds status` waits for backends whose bus broke to be reconnected (a client's
+# Status call gives up after 10).
+STATUS_WAITS = 4.0
 
 
 class Coordinator:
@@ -283,9 +286,12 @@ class Coordinator:
     async def status(self, file: str = "") -> pb.StatusReply:
         self._serving()
         # A backend that came back since its bus broke is reported up (and rejoined) on
-        # an idle cluster too, not only once a request has reconnected it.
-        with contextlib.suppress(BackendUnavailable):
-            await self.membership.ensure_up()
+        # an idle cluster too, not only once a request has reconnected it. The answer
+        # waits a few seconds at most: with many backends down, the tries go on alone.
+        trying = asyncio.ensure_future(self.membership.ensure_up())
+        trying.add_done_callback(lambda t: t.cancelled() or t.exception())
+        with contextlib.suppress(BackendUnavailable, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(trying), STATUS_WAITS)
         out = pb.StatusReply(files=sorted(
             self.directory.files), directory_digest=self.directory.digest(),
             metrics_url=self.metrics_url, internal_timing=self.internal_timing,
