@@ -15,12 +15,15 @@ from mbds.client import (
     ClientError,
     Result,
     _closed,
+    _credentials,
     _deadline,
     _ended,
     _error,
     _request,
+    client_closed,
+    closed_under_way,
     collect,
-    open_channel,
+    dial,
 )
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -32,9 +35,12 @@ class AsyncClient:
 
     Requests on one client go one at a time over the session; one made while another is
     still being read goes as an `Execute` call of its own. `execute` fails a request
-    unanswered after `timeout` + 5 s (the controller fails it at `timeout`); `batches`
-    sets no deadline of its own, so a caller timing many sessions can watch them all
-    with one timer instead of one per request.
+    when the controller sends nothing of its answer for `timeout` + 5 s (the controller
+    fails it at `timeout`); `batches` sets no deadline of its own, so a caller timing
+    many sessions can watch them all with one timer instead of one per request.
+
+    The channel opens at first use, on the event loop running then (a client may be
+    made before the loop runs), and serves that loop only.
     """
 
     def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
@@ -42,21 +48,59 @@ class AsyncClient:
                  ca: str | Path | None = None, token: str | None = None) -> None:
         self.address = address
         self.timeout = timeout
-        self.channel = open_channel(grpc.aio, address, ca, token, channel_options)
-        self.stub = rpc.ControllerStub(self.channel)
+        self._creds = _credentials(ca, token)   # a wrong CA or token fails here, at once
+        self._options = channel_options
+        self._channel: Any = None       # a grpc.aio channel, bound to `_loop`
+        self._stub: rpc.ControllerStub | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._session: Any = None       # a grpc.aio stream-stream call
         self._in_use = False            # a request is being read off the session
         self.sessions_opened = 0
+        self.closed = False
+
+    @property
+    def channel(self) -> Any:
+        """The grpc.aio channel, opened on the running loop at first use."""
+        if self.closed:
+            raise client_closed()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise ClientError("FAILED_PRECONDITION", "an AsyncClient works inside a "
+                              "running event loop only (from a coroutine)") from None
+        if self._channel is None:
+            self._channel = dial(grpc.aio, self.address, self._creds, self._options)
+            self._stub = rpc.ControllerStub(self._channel)
+            self._loop = loop
+        elif loop is not self._loop:
+            # grpc.aio's calls complete on the loop their channel was opened on: used
+            # from another one they would never complete.
+            raise ClientError("FAILED_PRECONDITION", "this AsyncClient's channel was "
+                              "opened on another event loop: use a client per event loop")
+        return self._channel
+
+    @property
+    def stub(self) -> rpc.ControllerStub:
+        self.channel    # noqa: B018 (opens it, or raises why it cannot be used here)
+        assert self._stub is not None
+        return self._stub
 
     async def connect(self, timeout: float = 30.0) -> None:
         """Wait until the channel is connected (so set-up is not part of a timed run)."""
         await asyncio.wait_for(self.channel.channel_ready(), timeout)
 
     async def close(self) -> None:
+        """Close the channel; requests under way raise CANCELLED, later ones
+        FAILED_PRECONDITION."""
+        self.closed = True
         if self._session is not None:
             self._session.cancel()
             self._session = None
-        await self.channel.close()
+        channel, self._channel = self._channel, None
+        # A channel of another (likely finished) loop cannot be awaited here; dropped,
+        # grpc closes it when it is collected.
+        if channel is not None and self._loop is asyncio.get_running_loop():
+            await channel.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -66,6 +110,7 @@ class AsyncClient:
 
     async def batches(self, text: str) -> AsyncIterator[pb.ExecuteReplies]:
         """The reply batches of one traffic unit, the last one marked `end`."""
+        self.channel    # noqa: B018 (raises now if the client cannot be used here)
         if self._in_use:
             async for batch in self._call(text):
                 yield batch
@@ -83,7 +128,13 @@ class AsyncClient:
                 yield batch
                 if _ended(batch):
                     return
+        except asyncio.CancelledError:
+            if self._cut_by_close():
+                raise closed_under_way() from None
+            raise
         except grpc.RpcError as e:
+            if self.closed:
+                raise closed_under_way() from None
             if not answered and e.code() == grpc.StatusCode.UNAVAILABLE:
                 raise _broken(e) from None
             raise _error(e) from None
@@ -104,6 +155,8 @@ class AsyncClient:
         never sent again, since the controller may have received and run it.
         """
         while True:
+            if self.closed:
+                raise closed_under_way()
             fresh = self._session is None or self._session.done()
             if fresh:
                 if self._session is not None:
@@ -114,8 +167,11 @@ class AsyncClient:
                 await self._session.write(request)
                 return
             except (grpc.RpcError, asyncio.InvalidStateError) as e:
-                self._session.cancel()
-                self._session = None
+                if self._session is not None:
+                    self._session.cancel()
+                    self._session = None
+                if self.closed:
+                    raise closed_under_way() from None
                 if fresh:
                     raise _unsent(e) from None
 
@@ -124,16 +180,30 @@ class AsyncClient:
             async for batch in self.stub.Execute(_request(text, self.timeout),
                                                  timeout=self.timeout + 5):
                 yield batch
+        except asyncio.CancelledError:
+            if self._cut_by_close():
+                raise closed_under_way() from None
+            raise
         except grpc.RpcError as e:
-            raise _error(e) from None
+            raise (closed_under_way() if self.closed else _error(e)) from None
+
+    def _cut_by_close(self) -> bool:
+        """Whether a CancelledError from gRPC is `close()` cancelling the call under way
+        (grpc.aio raises it for a call cancelled locally), not this task's owner
+        cancelling the task, which must stay a cancellation."""
+        task = asyncio.current_task()
+        return self.closed and task is not None and not task.cancelling()
 
     async def execute(self, text: str) -> list[Result]:
         """Run one request or transaction; one Result per request."""
         replies: list[pb.ExecuteReply] = []
+        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self.timeout + 5):
+            # The deadline measures the controller's silence: it restarts at each message.
+            async with asyncio.timeout(self.timeout + 5) as silence:
                 async for batch in self.batches(text):
                     replies.extend(batch.replies)
+                    silence.reschedule(loop.time() + self.timeout + 5)
         except TimeoutError:
             raise _deadline(self.timeout) from None
         return collect(replies)

@@ -8,6 +8,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,19 @@ def stats_dict(s: pb.RequestStats) -> dict[str, Any]:
 
 
 def _error(e: grpc.RpcError) -> ClientError:
-    return ClientError(e.code().name, e.details() or e.code().name)
+    details = e.details() or e.code().name
+    if e.code() == grpc.StatusCode.UNAVAILABLE and details.endswith("Socket closed"):
+        # What a port serving TLS does to a plaintext connection, in gRPC's words.
+        details += (" (if the controller serves TLS, the client needs the cluster's CA: "
+                    "--ca or env MBDS_CA)")
+    return ClientError(e.code().name, details)
+
+
+def _code(e: Exception) -> str | None:
+    """The status name of a ClientError or a gRPC error, None for anything else."""
+    if isinstance(e, ClientError):
+        return e.code
+    return e.code().name if isinstance(e, grpc.RpcError) else None
 
 
 def _request(text: str, timeout: float) -> pb.ExecuteRequest:
@@ -103,8 +116,13 @@ def open_channel(api: Any, address: str, ca: str | Path | None, token: str | Non
                  channel_options: Sequence[tuple[str, Any]]) -> Any:
     """A channel to the controller from `api` (`grpc` or `grpc.aio`, which open channels
     alike): TLS with the CA and token when given, else plaintext."""
+    return dial(api, address, _credentials(ca, token), channel_options)
+
+
+def dial(api: Any, address: str, creds: grpc.ChannelCredentials | None,
+         channel_options: Sequence[tuple[str, Any]]) -> Any:
+    """`open_channel` with the credentials already made (None: plaintext)."""
     options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
-    creds = _credentials(ca, token)
     return (api.secure_channel(address, creds, options=options) if creds
             else api.insecure_channel(address, options=options))
 
@@ -113,11 +131,24 @@ def _closed() -> ClientError:
     return ClientError("UNAVAILABLE", "the controller closed the session")
 
 
+def client_closed() -> ClientError:
+    """A request made after the client's `close()`."""
+    return ClientError("FAILED_PRECONDITION", "the client is closed")
+
+
+def closed_under_way() -> ClientError:
+    """A request the client's `close()` ended before its answer was whole."""
+    return ClientError("CANCELLED", "the client was closed while the request was under way")
+
+
 class Client:
     """A connection to the controller. Requests go over one `Session` stream, opened
     at the first request and kept (a call per request costs both ends several times
     the CPU of a message on an open stream); a request made while another is still
-    being read, from this thread or another, goes as an `Execute` call of its own."""
+    being read, from this thread or another, goes as an `Execute` call of its own.
+
+    `close()` ends the session and the channel (requests under way raise CANCELLED,
+    later ones FAILED_PRECONDITION); a client dropped unclosed does so when collected."""
 
     def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
                  channel_options: Sequence[tuple[str, Any]] = (),
@@ -129,12 +160,28 @@ class Client:
         self._session: Session | None = None
         self._in_use = threading.Lock()     # held while a request is read off the session
         self.sessions_opened = 0
+        self.closed = False
+        # A client dropped without close() (`Client(a).execute(...)`) closes its channel
+        # when collected; its Session closes itself the same way.
+        self._finalizer = weakref.finalize(self, self.channel.close)
 
     def close(self) -> None:
+        self.closed = True
         if self._session is not None:
             self._session.close()
             self._session = None
-        self.channel.close()
+        self._finalizer()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise client_closed()
+
+    def _failed(self, e: grpc.RpcError | ClientError | ValueError) -> Exception:
+        """What a failed call raises: one `close()` cut (cancelled, or refused by the
+        closed channel) is named so, rather than as gRPC's local cancellation."""
+        if self.closed and (isinstance(e, ValueError) or _code(e) == "CANCELLED"):
+            return closed_under_way()
+        return _error(e) if isinstance(e, grpc.RpcError) else e
 
     def cancel(self) -> None:
         """End the request being read off the session, from another thread (Ctrl-C in
@@ -153,6 +200,7 @@ class Client:
 
     def stream(self, text: str) -> Iterator[pb.ExecuteReply]:
         """The raw reply stream of one traffic unit (headers, row batches, done)."""
+        self._check_open()
         if not self._in_use.acquire(blocking=False):
             yield from self.call(text)
             return
@@ -160,11 +208,16 @@ class Client:
             if self._session is None or not self._session.alive():
                 if self._session is not None:
                     self._session.close()
-                self._session = Session(self.stub, self.timeout)
+                try:
+                    self._session = Session(self.stub, self.timeout)
+                except ValueError as e:     # the channel was closed since the check
+                    raise self._failed(e) from None
                 self.sessions_opened += 1
             session = self._session
             try:
                 yield from session.ask(text)
+            except ClientError as e:
+                raise self._failed(e) from None
             finally:
                 if session.pending:  # left mid-answer, or the stream broke: not reusable
                     session.close()
@@ -174,29 +227,32 @@ class Client:
 
     def call(self, text: str) -> Iterator[pb.ExecuteReply]:
         """The reply stream of one traffic unit over an `Execute` call of its own."""
+        self._check_open()
         try:
             for batch in self.stub.Execute(_request(text, self.timeout),
                                            timeout=self.timeout + 5):
                 yield from batch.replies
-        except grpc.RpcError as e:
-            raise _error(e) from None
+        except (grpc.RpcError, ValueError) as e:
+            raise self._failed(e) from None
 
     def execute(self, text: str) -> list[Result]:
         """Run one request or transaction; one Result per request."""
         return collect(self.stream(text))
 
     def define(self, yaml_text: str) -> pb.DefineReply:
+        self._check_open()
         try:
             return self.stub.Define(pb.DefineRequest(yaml=yaml_text), timeout=self.timeout)
-        except grpc.RpcError as e:
-            raise _error(e) from None
+        except (grpc.RpcError, ValueError) as e:
+            raise self._failed(e) from None
 
     def status(self, file: str = "") -> pb.StatusReply:
         """The cluster's state and every file's definition; with `file`, its descriptors."""
+        self._check_open()
         try:
             return self.stub.Status(pb.StatusRequest(file=file), timeout=10)
-        except grpc.RpcError as e:
-            raise _error(e) from None
+        except (grpc.RpcError, ValueError) as e:
+            raise self._failed(e) from None
 
     def load(self, file: str, attributes: list[str],
              rows: Iterable[tuple[Sequence[Value], str | None]], *, chunk: int = LOAD_CHUNK
@@ -221,16 +277,17 @@ class Client:
                 failed.append(e)
                 raise
 
+        self._check_open()
         batches = load_requests(file, attributes, kept(rows), chunk, refused)
         try:
             for batch in self.stub.Load(batches, timeout=max(self.timeout, 3600)):
                 for reply in batch.replies:
                     if reply.WhichOneof("body") == "done":
                         yield reply.done
-        except grpc.RpcError as e:
+        except (grpc.RpcError, ValueError) as e:
             if failed:
                 raise failed[0] from None
-            raise _error(e) from None
+            raise self._failed(e) from None
         if refused:
             raise ClientError("INVALID_ARGUMENT", refused[0])
 
@@ -240,59 +297,89 @@ class Session:
     each one's replies read up to the message marked `end`.
 
     gRPC's synchronous streams have no deadline per read, so a watchdog thread
-    cancels the stream when an answer takes `timeout` + 5 s (the controller
-    itself fails a request at `timeout`): a controller that stops answering
-    raises DEADLINE_EXCEEDED here instead of blocking its client for ever.
+    cancels the stream when the controller sends nothing for `timeout` + 5 s while
+    a reply is awaited (the controller itself fails a request at `timeout`): a
+    controller that stops answering raises DEADLINE_EXCEEDED here instead of
+    blocking its client for ever. The time a reader spends on the messages it was
+    given is not counted, so a slow reader of a long answer is not cut off.
     """
 
     def __init__(self, stub: rpc.ControllerStub, timeout: float) -> None:
         self.timeout = timeout
         self.requests: queue.SimpleQueue[pb.ExecuteRequest | None] = queue.SimpleQueue()
         self.replies = stub.Session(iter(self.requests.get, None))
-        self.deadline: float | None = None   # set while a request's `end` is unread
+        self.pending = False                 # a request was written, its `end` unread
+        self.deadline: float | None = None   # set while a reply is awaited
         self.expired = False
         self.closed = threading.Event()
-        threading.Thread(target=self._watch, daemon=True, name="mbds-session-watchdog").start()
-
-    @property
-    def pending(self) -> bool:
-        """A request was written and its `end` not read (left mid-answer, or broken)."""
-        return self.deadline is not None
+        # Neither the finalizer nor the watchdog holds the Session itself: one that
+        # nobody holds is collected, which cancels its stream and ends the thread.
+        self._finalizer = weakref.finalize(self, _end, self.closed, self.requests,
+                                           self.replies)
+        threading.Thread(target=_watch, args=(weakref.ref(self), self.closed), daemon=True,
+                         name="mbds-session-watchdog").start()
 
     def alive(self) -> bool:
         return not self.closed.is_set() and self.replies.is_active()
 
     def close(self) -> None:
-        if not self.closed.is_set():
-            self.closed.set()
-            self.requests.put(None)
-            self.replies.cancel()
+        self._finalizer()
 
-    def _watch(self) -> None:
-        while not self.closed.is_set():
-            deadline = self.deadline
-            if deadline is not None and time.monotonic() >= deadline:
-                self.expired = True
-                self.replies.cancel()
-                return
-            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-            self.closed.wait(max(wait, 0.0))
+    def expire(self) -> float | None:
+        """Cancel the stream if its deadline has passed (None); else the seconds to
+        wait before looking again."""
+        deadline, now = self.deadline, time.monotonic()
+        if deadline is not None and now >= deadline:
+            self.expired = True
+            self.replies.cancel()
+            return None
+        return 1.0 if deadline is None else min(1.0, deadline - now)
 
     def ask(self, text: str) -> Iterator[pb.ExecuteReply]:
-        self.deadline = time.monotonic() + self.timeout + 5
-        self.requests.put(_request(text, self.timeout))
+        request = _request(text, self.timeout)
+        self.pending = True
+        self.requests.put(request)
         try:
-            for batch in self.replies:
+            while True:
+                self.deadline = time.monotonic() + self.timeout + 5
+                batch = next(self.replies, None)
+                self.deadline = None
+                if batch is None:
+                    break
                 yield from batch.replies
                 if batch.end:
-                    self.deadline = None
+                    self.pending = False
                     _ended(batch)
                     return
         except grpc.RpcError as e:
             if self.expired:
                 raise _deadline(self.timeout) from None
             raise _error(e) from None
+        finally:
+            self.deadline = None
         raise _closed()
+
+
+def _end(closed: threading.Event, requests: queue.SimpleQueue[pb.ExecuteRequest | None],
+         replies: Any) -> None:
+    """Close a Session's stream: its request iterator ends and the call is cancelled."""
+    if not closed.is_set():
+        closed.set()
+        requests.put(None)
+        replies.cancel()
+
+
+def _watch(ref: weakref.ref[Session], closed: threading.Event) -> None:
+    """A Session's watchdog, holding it only while looking at its deadline."""
+    while not closed.is_set():
+        session = ref()
+        if session is None:
+            return
+        wait = session.expire()
+        del session
+        if wait is None:
+            return
+        closed.wait(max(wait, 0.0))
 
 
 def _deadline(timeout: float) -> ClientError:
