@@ -177,8 +177,8 @@ class AsyncClient:
 
     async def _call(self, text: str) -> AsyncIterator[pb.ExecuteReplies]:
         try:
-            async for batch in self.stub.Execute(_request(text, self.timeout),
-                                                 timeout=self.timeout + 5):
+            # No deadline of its own, as for the session: `execute` times the silence.
+            async for batch in self.stub.Execute(_request(text, self.timeout)):
                 yield batch
         except asyncio.CancelledError:
             if self._cut_by_close():

@@ -228,11 +228,23 @@ class Client:
     def call(self, text: str) -> Iterator[pb.ExecuteReply]:
         """The reply stream of one traffic unit over an `Execute` call of its own."""
         self._check_open()
+        expired = threading.Event()
         try:
-            for batch in self.stub.Execute(_request(text, self.timeout),
-                                           timeout=self.timeout + 5):
+            replies = self.stub.Execute(_request(text, self.timeout))
+            while True:
+                # As on the session, the deadline counts the controller's silence only.
+                timer = threading.Timer(self.timeout + 5, _expire, (replies, expired))
+                timer.start()
+                try:
+                    batch = next(replies, None)
+                finally:
+                    timer.cancel()
+                if batch is None:
+                    return
                 yield from batch.replies
         except (grpc.RpcError, ValueError) as e:
+            if expired.is_set():
+                raise _deadline(self.timeout) from None
             raise self._failed(e) from None
 
     def execute(self, text: str) -> list[Result]:
@@ -380,6 +392,11 @@ def _watch(ref: weakref.ref[Session], closed: threading.Event) -> None:
         if wait is None:
             return
         closed.wait(max(wait, 0.0))
+
+
+def _expire(call: Any, expired: threading.Event) -> None:
+    expired.set()
+    call.cancel()
 
 
 def _deadline(timeout: float) -> ClientError:

@@ -131,12 +131,14 @@ def test_a_slow_reader_of_a_long_answer_is_not_cut_off(cluster_factory) -> None:
     n = 30
     unit = "[" + "; ".join([ALL] * n) + "]"      # an answer of about n / 2 messages
     with Client(r.cluster.address, timeout=1) as c:
-        done = 0
-        for reply in c.stream(unit):
-            if reply.WhichOneof("body") == "done":
-                done += 1
-                time.sleep(0.3)                  # about 0.6 s a message, 9 s in all
-        assert done == n and c.sessions_opened == 1
+        for replies in (c.stream, c.call):       # on the session, and a call of its own
+            done = 0
+            for reply in replies(unit):
+                if reply.WhichOneof("body") == "done":
+                    done += 1
+                    time.sleep(0.3)              # about 0.6 s a message, 9 s in all
+            assert done == n
+        assert c.sessions_opened == 1
         assert len(c.execute(ALL)[0].records) == 20 and c.sessions_opened == 1
 
 
