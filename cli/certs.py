@@ -43,17 +43,30 @@ def write_tokens(path: Path) -> dict[str, str]:
               help="A further name or IP clients use to reach the controller (repeatable).")
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write this tokens file with a read and a write token.")
-def certs(directory: Path, hosts: tuple[str, ...], tokens: Path | None) -> None:
+@click.option("--role-dir", "role_dirs", multiple=True, metavar="ROLE=DIR",
+              help="Also put in DIR only what ROLE (controller or backend) needs: ca.pem "
+                   "and that role's key pair, without the CA's key (repeatable).")
+def certs(directory: Path, hosts: tuple[str, ...], tokens: Path | None,
+          role_dirs: tuple[str, ...]) -> None:
     """Create a cluster's CA and the controller's and backends' certificates.
 
-    Existing certificates are kept (a cluster keeps its CA); give the directory to every
-    process with --tls-dir, and ca.pem to clients (env MBDS_CA)."""
-    from mbds.tls import TlsError, make
+    Existing certificates are kept (a cluster keeps its CA); give each process its
+    role's directory (--role-dir) or this one with --tls-dir, and ca.pem to clients
+    (env MBDS_CA)."""
+    from mbds.tls import TlsError, make, share
     try:
         made = make(directory, hosts)
+        click.echo(f"{'created' if made else 'kept'} the cluster's certificates in "
+                   f"{directory}")
+        for spec in role_dirs:
+            role, _, to = spec.partition("=")
+            if not to:
+                raise click.UsageError(f"--role-dir {spec!r} is not ROLE=DIR")
+            share(directory, role, Path(to))
+            click.echo(f"put the {role}'s certificate and key, and the CA's certificate, "
+                       f"in {to}")
     except TlsError as e:
         fail(e)
-    click.echo(f"{'created' if made else 'kept'} the cluster's certificates in {directory}")
     if tokens is not None:
         try:
             write_tokens(tokens)

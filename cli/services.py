@@ -267,8 +267,9 @@ def health(address: str, timeout: float, tls_dir: Path | None, ca: Path | None,
     from mbds.tls import Identity, client_credentials
     def channel(of: str) -> grpc.Channel:
         try:
-            if tls_dir is not None:
-                creds, options = Identity.load(tls_dir, "controller").channel(of)
+            if tls_dir is not None:     # whichever role's key pair the directory holds
+                own = "controller" if (tls_dir / "controller.key").exists() else "backend"
+                creds, options = Identity.load(tls_dir, own).channel(of)
                 return grpc.secure_channel(address, creds, options=options)
             if ca is not None:      # the client port: the CA alone, no key, no token
                 return grpc.secure_channel(address, client_credentials(ca, None))

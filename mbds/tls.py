@@ -110,6 +110,19 @@ def make(directory: Path, hosts: tuple[str, ...] = ()) -> bool:
     return True
 
 
+def share(directory: Path, role: str, to: Path) -> None:
+    """Put in `to` what a process of `role` needs, and nothing more: the CA's certificate
+    and the role's key pair, never the CA's key or another role's. Files already there
+    are replaced (the role's own directory, made again from `directory` at each start)."""
+    if role not in ROLES:
+        raise TlsError(f"no role {role!r}: the roles are {', '.join(ROLES)}")
+    to.mkdir(parents=True, exist_ok=True)
+    for name, secret in ((f"{CA}.pem", False), (f"{role}.pem", False), (f"{role}.key", True)):
+        data = (directory / name).read_bytes()
+        (to / name).unlink(missing_ok=True)
+        _write(to / name, data, secret)
+
+
 @dataclass(frozen=True)
 class Identity:
     """One process's side of mutual TLS: the CA it trusts and its role's key pair."""

@@ -57,6 +57,28 @@ def test_certs_are_made_once_keys_private_and_a_partial_directory_refused(tmp_pa
     assert [x.split()[0] for x in lines if x and not x.startswith("#")] == ["read", "write"]
 
 
+def test_a_role_s_share_holds_its_key_pair_and_the_ca_certificate_only(tmp_path: Path
+                                                                       ) -> None:
+    out = subprocess.run([sys.executable, "-m", "mbds", "certs", "--dir", str(tmp_path / "all"),
+                          "--role-dir", f"backend={tmp_path / 'b'}", "--role-dir",
+                          f"controller={tmp_path / 'c'}"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    for role, d in (("backend", tmp_path / "b"), ("controller", tmp_path / "c")):
+        assert sorted(p.name for p in d.iterdir()) == sorted(["ca.pem", f"{role}.key",
+                                                              f"{role}.pem"])
+        assert stat.S_IMODE((d / f"{role}.key").stat().st_mode) == 0o600
+        assert (d / f"{role}.key").read_bytes() == (tmp_path / "all" / f"{role}.key").read_bytes()
+        tls.Identity.load(d, role)
+    again = subprocess.run([sys.executable, "-m", "mbds", "certs", "--dir", str(tmp_path / "all"),
+                            "--role-dir", f"backend={tmp_path / 'b'}"], capture_output=True,
+                           text=True)
+    assert again.returncode == 0, again.stderr             # a later start shares it again
+    bad = subprocess.run([sys.executable, "-m", "mbds", "certs", "--dir", str(tmp_path / "all"),
+                          "--role-dir", f"ca={tmp_path / 'x'}"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "no role 'ca'" in bad.stderr
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_backend_passes_only_the_controller_on_its_bus_and_backends_on_peer(
         cluster_factory, tmp_path: Path) -> None:
     r = cluster_factory(2)

@@ -163,6 +163,22 @@ def test_backend_cpu_limit_and_published_ports(stack3: Stack) -> None:
         pass
 
 
+def test_each_container_holds_only_its_own_role_s_key(stack3: Stack) -> None:
+    """A backend holds the CA's certificate and the backend's key pair, the controller
+    the same of its own: neither holds the CA's key or the other role's key; each
+    healthcheck passes with its own."""
+    for container, role in [(stack3.controller, "controller"),
+                            *((c, "backend") for c in stack3.containers("backend"))]:
+        out = run(["docker", "exec", container, "ls", "/certs"], timeout=60)
+        assert out.stdout.split() == sorted(["ca.pem", f"{role}.key", f"{role}.pem"]), (
+            container, out.stdout)
+        port = "50051" if role == "controller" else "50061"
+        health = run(["docker", "exec", container, "mbds", "health", "--address",
+                      f"localhost:{port}", *(["--of", "backend"] if role == "backend" else [])],
+                     timeout=60)
+        assert health.stdout.strip() == "SERVING", (container, health.stdout)
+
+
 def test_prometheus_scrapes_controller_and_every_backend(stack3: Stack) -> None:
     """Prometheus finds each replica through DNS (dns_sd_configs) and scrapes it."""
     url = f"http://127.0.0.1:{stack3.prometheus_port}/api/v1/targets"
