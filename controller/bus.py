@@ -79,16 +79,11 @@ class BackendLink:
     """One backend: its channel, and the bus stream while it is open."""
 
     def __init__(self, address: str) -> None:
-        self.address = address
         self.name = address          # replaced by the backend's own name at hello
         self.named = False           # after the first hello only that backend may answer
         self.index = 0               # its place on the bus
-        self.channel = tls.channel(address, "backend", CHANNEL_OPTIONS)
-        self.stub = rpc.BackendStub(self.channel)
-        # The bus takes each batch serialized already (`traffic_unit_message`).
-        self._bus_call = self.channel.stream_stream(
-            "/mbds.Backend/Bus", request_serializer=None,
-            response_deserializer=pb.BackendReplies.FromString, _registered_method=True)
+        self.elsewhere = ""          # the other backend that answered at its address
+        self._dial(address)
         self.queue: Mailbox[pb.BusMessage | bytes | None] | None = None
         self.bus_task: asyncio.Task[None] | None = None
         # seq -> the inbox of the traffic unit waiting for its results.
@@ -100,6 +95,30 @@ class BackendLink:
         self.metadata: tuple[tuple[str, str], ...] = ()
         # Told when this backend has forgotten a committed unit (its seq on this bus).
         self.on_forgotten: Callable[[int], None] = lambda seq: None
+
+    def _dial(self, address: str) -> None:
+        self.address = address
+        self.channel = tls.channel(address, "backend", CHANNEL_OPTIONS)
+        self.stub = rpc.BackendStub(self.channel)
+        # The bus takes each batch serialized already (`traffic_unit_message`).
+        self._bus_call = self.channel.stream_stream(
+            "/mbds.Backend/Bus", request_serializer=None,
+            response_deserializer=pb.BackendReplies.FromString, _registered_method=True)
+
+    async def move_to(self, address: str) -> None:
+        """The backend (its bus down) now answers at `address`: reach it there."""
+        old = self.channel
+        self._dial(address)
+        self.elsewhere = ""
+        log.info("backend %s now answers at %s", self.name, address)
+        await old.close()
+
+    async def answering(self, timeout: float) -> str:
+        """The name of the backend answering at this address now ("" if none does)."""
+        try:
+            return (await self.stub.Hello(pb.HelloRequest(), timeout=timeout)).name
+        except grpc.aio.AioRpcError:
+            return ""
 
     @property
     def up(self) -> bool:
@@ -121,6 +140,7 @@ class BackendLink:
             # Its records live only in that backend: another one must not take its place.
             log.warning("backend %s (%s): backend %s answers at its address; refused",
                         self.name, self.address, shorten(reply.name))
+            self.elsewhere = reply.name
             raise self.unavailable(f"backend {shorten(repr(reply.name))} answers at its "
                                    "address instead")
         self.name, self.named = reply.name, True

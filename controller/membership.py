@@ -315,6 +315,7 @@ class Membership:
             if self._failed is not None and self._failed[0] >= came:
                 raise BackendUnavailable(self._failed[1])
             try:
+                await self._moved(min(2.0, self.connect_timeout))
                 for link in self.links:
                     if link.up:
                         continue
@@ -326,6 +327,24 @@ class Membership:
                 self._failed = (loop.time(), str(e))
                 raise
             self._failed = None
+
+    async def _moved(self, timeout: float) -> None:
+        """Backends restarted together may come back at one another's addresses (a
+        container's address is given anew at its start): when the backends of broken
+        buses answer at one another's addresses, each link follows its backend. Only
+        among those addresses, which every backend's peer list already holds; a backend
+        at an address never seen is met by discovery (`add_backends`)."""
+        down = [x for x in self.links if not x.up]
+        if not any(x.elsewhere for x in down):
+            return
+        at = {}
+        for link in down:
+            if name := await link.answering(timeout):
+                at[name] = link.address
+        moves = {x: at[x.name] for x in down if at.get(x.name, x.address) != x.address}
+        if sorted(moves.values()) == sorted(x.address for x in moves):
+            for link, address in moves.items():
+                await link.move_to(address)
 
     # ------------------------------------------------------- traffic units --
     @contextlib.asynccontextmanager

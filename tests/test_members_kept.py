@@ -16,10 +16,11 @@ import pytest
 
 from controller.coordinator import Coordinator
 from mbds.client import collect
-from mbds.cluster import Proc
+from mbds.cluster import Proc, _on_old_port
 from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
 from tests.conftest import CENSUS_YAML
+from tests.crashes import retry
 
 COUNT = "RETRIEVE (FILE = Census) (COUNT(CITY))"
 
@@ -201,3 +202,28 @@ def test_backends_naming_a_member_that_cannot_be_one_are_refused(tmp_path: Path)
         await fresh.close()
 
     run(tmp_path, scenario)
+
+
+def test_backends_restarted_at_one_another_s_addresses_are_followed(cluster_factory) -> None:
+    """Two backends stopped together come back each at the other's address (containers
+    given their addresses anew): the controller follows each name to its new address,
+    the cluster serves every record again, and a new unit reaches both."""
+    r = cluster_factory(2)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("[" + "; ".join(
+        f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i}>, <STATE, CA>)"
+        for i in range(6)) + "]")
+    ports = [int((p.address or "").rsplit(":", 1)[1]) for p in r.cluster.backends]
+    for p in r.cluster.backends:
+        p.stop()
+    for i, port in ((0, ports[1]), (1, ports[0])):
+        def start(port: int, i: int = i) -> None:
+            r.cluster.backends[i] = r.cluster.start_backend(i, port)
+        _on_old_port(start, f"127.0.0.1:{port}")
+    [res] = retry(r.client, "RETRIEVE (FILE = Census) (CITY)", timeout=60)
+    assert sorted(x["CITY"] for x in res.records) == [f"c{i}" for i in range(6)]
+    assert {b["backend"]: b["records"] for b in res.stats["backends"]} == {"b0": 3, "b1": 3}
+    r.client.execute("INSERT (<FILE, Census>, <CITY, 'late'>, <POP, 9>, <STATE, NY>)")
+    status = r.client.status()
+    assert {b.name: b.address for b in status.backends} == {
+        "b0": f"127.0.0.1:{ports[1]}", "b1": f"127.0.0.1:{ports[0]}"}

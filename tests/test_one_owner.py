@@ -88,6 +88,35 @@ def test_a_directory_is_held_once_per_process_and_freed_with_it(tmp_path: Path) 
     assert "is in use by another process" in out[1], out
 
 
+HOLDING = ("import sys; from pathlib import Path; from backend.slots import claim_slot\n"
+           "print(claim_slot(Path(sys.argv[1]), host=sys.argv[2]).name, flush=True)\n"
+           "sys.stdin.read()")
+
+
+def test_replicas_restarted_together_take_back_their_own_slots(tmp_path: Path) -> None:
+    """Two replicas (two host names) hold b0 and b1; restarted in the other order, each
+    takes back its own slot, not the first free one; a new host takes a free one."""
+    def start(host: str) -> tuple[subprocess.Popen, str]:
+        p = subprocess.Popen([sys.executable, "-c", HOLDING, str(tmp_path), host],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert p.stdout is not None
+        return p, p.stdout.readline().strip()
+
+    def stop(*ps: subprocess.Popen) -> None:
+        for p in ps:
+            p.communicate("", timeout=60)
+
+    (a, slot_a), (b, slot_b) = start("host-a"), start("host-b")
+    assert (slot_a, slot_b) == ("b0", "b1")
+    stop(a, b)
+    (b, slot_b), (a, slot_a) = start("host-b"), start("host-a")
+    assert (slot_a, slot_b) == ("b0", "b1")
+    stop(b)
+    c, slot_c = start("host-c")                       # a re-created container: a new host
+    assert slot_c == "b1"
+    stop(a, c)
+
+
 def test_a_local_cluster_restarts_only_a_process_that_has_ended(cluster_factory) -> None:
     r: Running = cluster_factory(1)
     r.client.define(CENSUS_YAML)
