@@ -101,14 +101,21 @@ def _ident(name: object, what: str) -> str:
     return upper
 
 
+def _written(value: object) -> str:
+    """A YAML value as a definition writes it (true, null), not as Python shows it."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return shorten(repr(value))
+
+
 def _article(word: str) -> str:
     return f"an {word}" if word[0] in "aeiou" else f"a {word}"
 
 
 def _typed(value: object, attr: Attribute, where: str) -> Scalar:
     if not attr.accepts(value):
-        raise DefinitionError(f"{where}: {shorten(repr(value))} is not {_article(attr.type)} value "
-                              f"for {attr.name}")
+        raise DefinitionError(f"{where}: {_written(value)} is not {_article(attr.type)} "
+                              f"value for {attr.name}")
     if isinstance(value, float) and not math.isfinite(value):
         # NaN compares false with everything (no order, no equality); infinities are no bounds.
         raise DefinitionError(f"{where}: {value!r} is not a finite number")

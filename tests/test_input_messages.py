@@ -46,7 +46,7 @@ def test_yes_no_on_off_in_a_definition_are_the_strings_written() -> None:
     assert [a.name for a in f.attributes] == ["NAME", "CODE", "ON"]
 
 
-@pytest.mark.parametrize("written, read", [("true", "True"), ("FALSE", "False")])
+@pytest.mark.parametrize("written, read", [("true", "true"), ("FALSE", "false"), ("~", "null")])
 def test_true_and_false_are_still_booleans(written: str, read: str) -> None:
     with pytest.raises(Exception, match=f"{read} is not a string value for CODE"):
         parse_definition(COUNTRIES.replace("SE,", f"{written},"))
