@@ -90,9 +90,9 @@ class PreparedUnits:
         while True:
             try:
                 if commit:
-                    epoch, seq = await settle(self.writer.submit(
-                        partial(undo.commit, unit=unit)))
-                    self.committed[epoch] = max(seq, self.committed.get(epoch, 0))
+                    key = await settle(self.writer.submit(partial(undo.commit, unit=unit)))
+                    if key is not None:
+                        self.committed[key[0]] = max(key[1], self.committed.get(key[0], 0))
                 else:
                     before = await settle(self.writer.submit(
                         partial(undo.roll_back, unit=unit, files=dict(self.directory.files))))

@@ -129,16 +129,18 @@ def defining(conn: sqlite3.Connection, key: Key, files: list[str]) -> int:
     return cur.lastrowid
 
 
-def commit(conn: sqlite3.Connection, unit: int) -> Key:
+def commit(conn: sqlite3.Connection, unit: int) -> Key | None:
     """Commit of a prepared unit: `forget` it, and keep its seq if it is the highest of
     its epoch committed here, which tells a decision log restored from an older copy
-    (`committed_through`). Returns the unit's (epoch, seq)."""
-    epoch, seq = conn.execute("SELECT epoch, seq FROM prepared WHERE id = ?",
-                              (unit,)).fetchone()
+    (`committed_through`). Returns the unit's (epoch, seq); None if it was forgotten
+    already (a commit carried out twice changes nothing)."""
+    row = conn.execute("SELECT epoch, seq FROM prepared WHERE id = ?", (unit,)).fetchone()
+    if row is None:
+        return None
     conn.execute("INSERT INTO committed (epoch, seq) VALUES (?, ?) ON CONFLICT (epoch) "
-                 "DO UPDATE SET seq = max(seq, excluded.seq)", (epoch, seq))
+                 "DO UPDATE SET seq = max(seq, excluded.seq)", row)
     forget(conn, unit)
-    return epoch, seq
+    return row[0], row[1]
 
 
 def committed_through(conn: sqlite3.Connection, runs: int) -> dict[str, int]:

@@ -10,12 +10,13 @@ from typing import Any
 
 import grpc
 
-from mbds.client import (
-    DEFAULT_CONTROLLER,
+from mbds.client import DEFAULT_CONTROLLER, _credentials, dial
+from mbds.proto import mbds_pb2 as pb
+from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.replies import (
     ClientError,
     Result,
     _closed,
-    _credentials,
     _deadline,
     _ended,
     _error,
@@ -23,10 +24,7 @@ from mbds.client import (
     client_closed,
     closed_under_way,
     collect,
-    dial,
 )
-from mbds.proto import mbds_pb2 as pb
-from mbds.proto import mbds_pb2_grpc as rpc
 
 
 class AsyncClient:

@@ -1,16 +1,15 @@
 """The client library: a synchronous `Client` (the CLI, tests, most benchmarks) and an
-asyncio `AsyncClient` (many sessions on one event loop), one protocol for both."""
+asyncio `AsyncClient` (many sessions on one event loop), one protocol for both; what
+both read back of a request is `mbds/replies.py`."""
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,21 @@ import grpc
 
 from mbds import tls
 from mbds.columns import load_requests
-from mbds.errors import shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
+from mbds.replies import (
+    ClientError,
+    Result,
+    _closed,
+    _code,
+    _deadline,
+    _ended,
+    _error,
+    _request,
+    client_closed,
+    closed_under_way,
+    collect,
+)
 from mbds.service import MAX_MESSAGE
 from mbds.values import Value
 
@@ -28,72 +39,6 @@ DEFAULT_CONTROLLER = os.environ.get("MBDS_CONTROLLER", "127.0.0.1:50051")
 # Records per bulk-load batch (one traffic unit): large enough that the cost per unit
 # (commit, placement, messages) is small beside the records' own.
 LOAD_CHUNK = 10_000
-
-
-class ClientError(Exception):
-    """The controller refused or failed a call; `code` is the gRPC status name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class Result:
-    """One request's answer, shaped like `mbds exec --json` prints it."""
-    op: str
-    columns: list[str]
-    records: list[dict[str, Any]] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
-    elapsed_ms: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "records": self.records, "stats": self.stats,
-                "elapsed_ms": round(self.elapsed_ms, 3)}
-
-
-def stats_dict(s: pb.RequestStats) -> dict[str, Any]:
-    return {"clusters_examined": s.clusters_examined, "records_retrieved": s.records_retrieved,
-            "backends": [{"backend": b.backend, "records": b.records,
-                          "elapsed_ms": round(b.elapsed_ms, 3)} for b in s.backends]}
-
-
-def _error(e: grpc.RpcError) -> ClientError:
-    details = e.details() or e.code().name
-    if e.code() == grpc.StatusCode.UNAVAILABLE and details.endswith("Socket closed"):
-        # What a port serving TLS does to a plaintext connection, in gRPC's words.
-        details += (" (if the controller serves TLS, the client needs the cluster's CA: "
-                    "--ca or env MBDS_CA)")
-    return ClientError(e.code().name, details)
-
-
-def _code(e: Exception) -> str | None:
-    """The status name of a ClientError or a gRPC error, None for anything else."""
-    if isinstance(e, ClientError):
-        return e.code
-    return e.code().name if isinstance(e, grpc.RpcError) else None
-
-
-def _request(text: str, timeout: float) -> pb.ExecuteRequest:
-    """The message of one request; INVALID_ARGUMENT for text the wire cannot carry: a
-    surrogate, such as the escape of a byte that was not UTF-8 in a command line."""
-    try:
-        return pb.ExecuteRequest(text=text, timeout_s=timeout)
-    except UnicodeEncodeError as e:
-        code = ord(text[e.start])
-        what = (f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF
-                else f"character U+{code:04X}")
-        raise ClientError("INVALID_ARGUMENT", f"the request is not valid UTF-8 ({what} at "
-                          f"character {e.start})") from None
-
-
-def _ended(batch: pb.ExecuteReplies) -> bool:
-    """Whether `batch` is its request's last message; raises the request's failure."""
-    if not batch.end:
-        return False
-    if batch.HasField("failure"):
-        raise ClientError(batch.failure.code, batch.failure.message)
-    return True
 
 
 def _credentials(ca: str | Path | None, token: str | None) -> grpc.ChannelCredentials | None:
@@ -125,20 +70,6 @@ def dial(api: Any, address: str, creds: grpc.ChannelCredentials | None,
     options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
     return (api.secure_channel(address, creds, options=options) if creds
             else api.insecure_channel(address, options=options))
-
-
-def _closed() -> ClientError:
-    return ClientError("UNAVAILABLE", "the controller closed the session")
-
-
-def client_closed() -> ClientError:
-    """A request made after the client's `close()`."""
-    return ClientError("FAILED_PRECONDITION", "the client is closed")
-
-
-def closed_under_way() -> ClientError:
-    """A request the client's `close()` ended before its answer was whole."""
-    return ClientError("CANCELLED", "the client was closed while the request was under way")
 
 
 class Client:
@@ -397,31 +328,3 @@ def _watch(ref: weakref.ref[Session], closed: threading.Event) -> None:
 def _expire(call: Any, expired: threading.Event) -> None:
     expired.set()
     call.cancel()
-
-
-def _deadline(timeout: float) -> ClientError:
-    return ClientError("DEADLINE_EXCEEDED",
-                       f"no answer from the controller in {timeout + 5:g} s")
-
-
-def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:
-    results: list[Result] = []
-    for reply in replies:
-        kind = reply.WhichOneof("body")
-        if kind == "header":
-            results.append(Result(reply.header.op, list(reply.header.columns)))
-        elif kind == "rows":
-            r = results[reply.request_index]
-            try:
-                r.records.extend(dict(zip(r.columns, row, strict=True))
-                                 for row in json.loads(reply.rows.rows_json))
-            except (ValueError, TypeError) as e:
-                # A plain retrieve's rows come from a backend through the controller
-                # undecoded: this is where they are first read.
-                raise ClientError("INTERNAL", f"rows of request {reply.request_index} that "
-                                  f"are not JSON rows of its {len(r.columns)} columns: "
-                                  f"{shorten(str(e))}") from None
-        elif kind == "done":    # a write's `done` comes after the commit: its acknowledgement
-            results[reply.request_index].stats = stats_dict(reply.done.stats)
-            results[reply.request_index].elapsed_ms = reply.done.elapsed_ms
-    return results

@@ -268,6 +268,7 @@ def test_a_backend_keeps_the_highest_seq_it_committed_of_its_latest_epochs() -> 
         unit = undo.UndoLog(conn, (epoch, seq)).unit
         assert undo.commit(conn, unit) == (epoch, seq)
     assert conn.execute("SELECT COUNT(*) FROM prepared").fetchone()[0] == 0
+    assert undo.commit(conn, unit) is None          # carried out already: nothing changes
     assert undo.committed_through(conn, 3) == {"b": 1, "c": 2, "d": 4}
     assert undo.committed_through(conn, 3) == {"b": 1, "c": 2, "d": 4}
 
