@@ -54,8 +54,10 @@ class PreparedUnits:
         # Prepared before a restart, decision not heard: (epoch, seq) → marker.
         self.on_disk: dict[undo.Key, int] = undo.in_doubt(writer.conn)
         self.waiting: dict[undo.Key, TuState] = {}   # prepared since, awaiting decision
-        # Per epoch, the highest seq committed here (`undo.commit`), told at Hello.
+        # Per epoch, the highest seq of a two-phase unit committed here (`undo.commit`),
+        # and of any unit whose writes were (`undo.carried_out`), told at Hello.
         self.committed: dict[str, int] = writer.committed
+        self.carried: dict[str, int] = writer.carried
 
     def listed(self) -> list[undo.Key]:
         """Every unit still prepared here: its decision has not come, or is not yet
@@ -83,6 +85,10 @@ class PreparedUnits:
                         f"(epoch {key[0]}, seq {key[1]}) failed: {e}") from None
                 del self.on_disk[key]
 
+    def carried_out(self, key: undo.Key) -> None:
+        """A unit's writes are committed here (in two phases or in one)."""
+        self.carried[key[0]] = max(key[1], self.carried.get(key[0], 0))
+
     async def carry_out(self, unit: int, commit: bool, *, retry: bool = True) -> None:
         """Forget a prepared unit (commit) or undo it (abort), retrying what fails (a
         full disk) unless told not to: the unit keeps its locks until it is done. A
@@ -93,6 +99,7 @@ class PreparedUnits:
                     key = await settle(self.writer.submit(partial(undo.commit, unit=unit)))
                     if key is not None:
                         self.committed[key[0]] = max(key[1], self.committed.get(key[0], 0))
+                        self.carried_out(key)
                 else:
                     before = await settle(self.writer.submit(
                         partial(undo.roll_back, unit=unit, files=dict(self.directory.files))))

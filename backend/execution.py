@@ -15,12 +15,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from backend import check, dm, load, recp_read, recp_write
+from backend import check, dm, load, recp_read, recp_write, undo
 from backend.links import IigClient
 from backend.plan import RequestPlan
 from backend.state import Cancelled, Timer, TuState
 from backend.store import Store
-from backend.undo import UndoLog
 from mbds import faults, metrics
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
@@ -163,7 +162,7 @@ class Execution:
             raise Cancelled(st.cancelled)
         self._recp_request(queued)
         assert st.tu is not None
-        log = None if st.tu.one_phase else UndoLog(conn, st.key)
+        log = None if st.tu.one_phase else undo.UndoLog(conn, st.key)
         moved = False
         for i, rp in enumerate(plans):
             if moved:   # an earlier request moved records: search clusters again
@@ -182,7 +181,8 @@ class Execution:
         if st.cancelled:
             raise Cancelled(st.cancelled)
         faults.hit("backend.before_prepare")
-        if log is None:
+        if log is None:                    # one-phase: committed with the writer's group
+            undo.carried_out(conn, st.key)
             return None
         if not log.wrote:
             log.drop()
@@ -198,7 +198,7 @@ class Execution:
         found = dm.descriptor_search(self.directory, st.tu, 0, 1)
         return dm.plan_requests(self.directory, st.tu, found)[i]
 
-    def _write(self, conn: sqlite3.Connection, rp: RequestPlan, log: UndoLog | None) -> int:
+    def _write(self, conn: sqlite3.Connection, rp: RequestPlan, log: undo.UndoLog | None) -> int:
         req = rp.request
         if req.op == pb.INSERT:
             if req.HasField("columns"):

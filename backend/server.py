@@ -35,6 +35,11 @@ from mbds.service import (
 log = logging.getLogger("mbds.backend")
 
 
+def _latest(through: dict[str, int]) -> list[pb.UnitId]:
+    """The latest COMMITTED_RUNS epochs' seqs, as a Hello lists them."""
+    return [pb.UnitId(epoch=e, seq=s) for e, s in list(through.items())[-COMMITTED_RUNS:]]
+
+
 class BackendServicer(rpc.BackendServicer):
     def __init__(self, node: BackendNode, cluster: str = "",
                  members: list[str] | None = None) -> None:
@@ -64,9 +69,9 @@ class BackendServicer(rpc.BackendServicer):
                                  pb.UnitId(epoch=e, seq=s)
                                  for e, s in self.node.prepared.listed()],
                              cluster=self.owner.cluster, bus_epoch=self.owner.epoch,
-                             members=self.owner.members, committed=[
-                                 pb.UnitId(epoch=e, seq=s) for e, s in
-                                 list(self.node.prepared.committed.items())[-COMMITTED_RUNS:]])
+                             members=self.owner.members,
+                             committed=_latest(self.node.prepared.committed),
+                             carried=_latest(self.node.prepared.carried))
 
     async def _admit(self, context: grpc.aio.ServicerContext, *, writes: bool) -> None:
         """Refuse a call from another cluster's controller, or one that `writes` from a

@@ -79,6 +79,9 @@ class TwoPhaseWrites:
             await self.leave(key)          # the next unit may join the same group
         unit = await settle(job)
         if unit is None:                   # one-phase, or nothing written here
+            assert st.tu is not None
+            if st.tu.one_phase:
+                self.prepared.carried_out(key)
             return False
         st.decision = self.loop.create_future()
         self.prepared.waiting[key] = st

@@ -34,8 +34,16 @@ SCHEMA = """
     CREATE INDEX IF NOT EXISTS undo_unit ON undo (unit, id);
     CREATE TABLE IF NOT EXISTS defined (
         unit INTEGER NOT NULL, file TEXT NOT NULL, was TEXT, PRIMARY KEY (unit, file));
-    CREATE TABLE IF NOT EXISTS committed (epoch TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS committed (
+        epoch TEXT PRIMARY KEY, seq INTEGER NOT NULL, carried INTEGER NOT NULL DEFAULT 0);
 """
+
+
+def upgrade(conn: sqlite3.Connection) -> None:
+    """A file made before `committed` kept the one-phase units' seqs gets the column
+    (writer's connection, at start, after SCHEMA)."""
+    if "carried" not in {c for (_, c, *_) in conn.execute("PRAGMA table_info(committed)")}:
+        conn.execute("ALTER TABLE committed ADD COLUMN carried INTEGER NOT NULL DEFAULT 0")
 
 Key = tuple[str, int]      # (epoch, seq): a traffic unit of one controller's bus
 
@@ -137,19 +145,35 @@ def commit(conn: sqlite3.Connection, unit: int) -> Key | None:
     row = conn.execute("SELECT epoch, seq FROM prepared WHERE id = ?", (unit,)).fetchone()
     if row is None:
         return None
-    conn.execute("INSERT INTO committed (epoch, seq) VALUES (?, ?) ON CONFLICT (epoch) "
-                 "DO UPDATE SET seq = max(seq, excluded.seq)", row)
+    conn.execute("INSERT INTO committed (epoch, seq, carried) VALUES (?, ?, ?) "
+                 "ON CONFLICT (epoch) DO UPDATE SET seq = max(seq, excluded.seq), "
+                 "carried = max(carried, excluded.carried)", (*row, row[1]))
     forget(conn, unit)
     return row[0], row[1]
 
 
+def carried_out(conn: sqlite3.Connection, key: Key) -> None:
+    """A one-phase unit's writes, in their own transaction: keep its seq if it is the
+    highest of its epoch carried out here, which tells a data dir restored from an older
+    copy of itself (`carried_through`)."""
+    conn.execute("INSERT INTO committed (epoch, seq, carried) VALUES (?, 0, ?) "
+                 "ON CONFLICT (epoch) DO UPDATE SET carried = max(carried, excluded.carried)",
+                 key)
+
+
 def committed_through(conn: sqlite3.Connection, runs: int) -> dict[str, int]:
-    """The highest seq committed here in each of the latest `runs` epochs; older ones are
-    dropped (writer's connection, at start)."""
+    """The highest seq of a two-phase unit committed here in each of the latest `runs`
+    epochs; older ones are dropped (writer's connection, at start)."""
     with transaction(conn):
         conn.execute("DELETE FROM committed WHERE rowid NOT IN "
                      "(SELECT rowid FROM committed ORDER BY rowid DESC LIMIT ?)", (runs,))
-    return dict(conn.execute("SELECT epoch, seq FROM committed ORDER BY rowid"))
+    return dict(conn.execute("SELECT epoch, seq FROM committed WHERE seq > 0 ORDER BY rowid"))
+
+
+def carried_through(conn: sqlite3.Connection) -> dict[str, int]:
+    """The highest seq of a unit whose writes were committed here, in two phases or in
+    one, in each epoch `committed_through` kept."""
+    return dict(conn.execute("SELECT epoch, max(seq, carried) FROM committed ORDER BY rowid"))
 
 
 def forget(conn: sqlite3.Connection, unit: int) -> None:

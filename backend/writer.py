@@ -38,9 +38,12 @@ class Writer:
         self.conn = store.writer()
         self.group_size = metrics.COMMIT_GROUP.labels(name)
         self.conn.executescript(undo.SCHEMA)
+        undo.upgrade(self.conn)
         undo.never_reuse_rids(self.conn)
-        # Per epoch, the highest seq whose commit was carried out here (`PreparedUnits`).
+        # Per epoch, the highest seq whose commit was carried out here, of a two-phase
+        # unit and of any unit that wrote (`PreparedUnits`).
         self.committed = undo.committed_through(self.conn, COMMITTED_RUNS)
+        self.carried = undo.carried_through(self.conn)
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="recp-writer", daemon=True)
         self._thread.start()

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from controller.carried import Carried, Row
 from mbds import metrics
 from mbds.errors import shorten
 
@@ -48,6 +49,10 @@ CHECKPOINT_EVERY = 500
 # In the epochs table of a log made before epochs were recorded: the epochs of its
 # runs until then, which it cannot list (see Decisions.__init__).
 EARLIER_RUNS = "*"
+
+# What backends told of their commits, when no decision is written to take it along,
+# is written within this many seconds (`carried.py`).
+TOLD_EVERY = 1.0
 
 
 class PresumedAborted(Exception):
@@ -96,6 +101,8 @@ class Decisions:
                     "PRAGMA table_info(epochs)")}:
                 # The runs before each run's last decision was recorded: NULL, not known.
                 self.conn.execute("ALTER TABLE epochs ADD COLUMN decided INTEGER")
+            # What each backend told it carried out: a data dir older than that is refused.
+            self.carried = Carried(self.conn)
             self.conn.execute("COMMIT")
         except BaseException:
             _roll_back(self.conn)
@@ -120,6 +127,7 @@ class Decisions:
         self._wake = asyncio.Event()
         self._io = ThreadPoolExecutor(1, thread_name_prefix="decision-log")
         self._task = asyncio.create_task(self._flush_loop())
+        self._told_task = asyncio.create_task(self._told_loop())
 
     def begin(self, epoch: str) -> None:
         """Record `epoch` as this log's, on disk whatever `synchronous` says, before any
@@ -210,13 +218,19 @@ class Decisions:
     def _commit_now(self, key: Key, participants: list[str]) -> None:
         """The decision written before returning, with the drops waiting for it."""
         drops, self._drops = self._drops, set()
+        told = self.carried.take()
         try:
-            self._write([(key, participants, None)], drops)
+            self._write([(key, participants, None)], drops, told)
         except Exception as e:  # the decision is not taken: its unit aborts
             log.error("the decision log failed: %s", e)
+            self.carried.put_back(told)
             raise
         metrics.child(metrics.COMMIT_GROUP, "").observe(1 + len(drops))
         self.logged[key] = set(participants)
+        self._written()
+
+    def _written(self) -> None:
+        """A transaction written on the event loop: every CHECKPOINT_EVERY, a checkpoint."""
         if self._unchecked is not None:
             self._unchecked += 1
             if self._unchecked >= CHECKPOINT_EVERY and self._checkpointing is None:
@@ -252,8 +266,17 @@ class Decisions:
         """PP is done with the unit: no decision on it will be taken any more."""
         self.aborted.discard(key)
 
+    def carried_out(self, backend: str, key: Key) -> None:
+        """`backend` has committed the unit's writes (in one phase, or `forgotten`)."""
+        self.carried.told(backend, key)
+
     def forgotten(self, key: Key, backend: str) -> None:
         """`backend` has carried out the commit and forgotten the unit."""
+        self.carried.told(backend, key)
+        self._drop(key, backend)
+
+    def _drop(self, key: Key, backend: str) -> None:
+        """`backend` no longer needs the decision on `key`."""
         waiting = self.logged.get(key)
         if waiting is None:
             return
@@ -269,7 +292,28 @@ class Decisions:
         forgotten every other decision that names it."""
         for key in [k for k, waiting in self.logged.items()
                     if backend in waiting and k not in in_doubt]:
-            self.forgotten(key, backend)
+            self._drop(key, backend)        # not told carried out: it may be an older copy
+
+    async def let_go(self, backend: str) -> None:
+        """`backend` joins holding no data of the cluster: nothing it told before holds
+        (`Carried.forget`), on disk when this returns."""
+        if backend not in self.carried.by_backend:
+            return
+        self.carried.forget(backend)
+        if self.inline:
+            self._forget_rows(backend)
+        else:
+            await asyncio.get_running_loop().run_in_executor(
+                self._io, self._forget_rows, backend)
+
+    def _forget_rows(self, backend: str) -> None:
+        if self.path is not None:
+            self.conn.execute("PRAGMA synchronous=FULL")
+        try:
+            self.conn.execute("DELETE FROM carried WHERE backend = ?", (backend,))
+        finally:
+            if self.path is not None:
+                self.conn.execute(f"PRAGMA synchronous={self.synchronous}")
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -278,14 +322,17 @@ class Decisions:
             self._wake.clear()
             adds, self._adds = self._adds, []
             drops, self._drops = self._drops, set()
-            if not adds:
+            if not adds and not self.carried.new:
                 self._drops |= drops
                 continue
+            told = self.carried.take()
             try:
-                await loop.run_in_executor(self._io, self._write, adds, drops)
-                metrics.child(metrics.COMMIT_GROUP, "").observe(len(adds) + len(drops))
+                await loop.run_in_executor(self._io, self._write, adds, drops, told)
+                if adds:
+                    metrics.child(metrics.COMMIT_GROUP, "").observe(len(adds) + len(drops))
             except Exception as e:  # the decisions are not taken: their units abort
                 log.error("the decision log failed: %s", e)
+                self.carried.put_back(told)
                 for _, _, fut in adds:
                     if not fut.done():
                         fut.set_exception(e)
@@ -294,11 +341,30 @@ class Decisions:
                 if not fut.done():
                     fut.set_result(None)
 
+    async def _told_loop(self) -> None:
+        """What backends told of their commits, written when no decision took it along."""
+        while True:
+            await asyncio.sleep(TOLD_EVERY)
+            if not self.carried.new:
+                continue
+            if not self.inline:
+                self._wake.set()            # `_flush_loop` writes it, in the log's thread
+                continue
+            told = self.carried.take()
+            try:
+                self._write([], set(), told)
+            except Exception as e:
+                log.warning("writing what the backends carried out failed: %s", e)
+                self.carried.put_back(told)
+                continue
+            self._written()
+
     def _write(self, adds: Sequence[tuple[Key, list[str], object]],
-               drops: set[Key]) -> None:
+               drops: set[Key], told: Sequence[Row] = ()) -> None:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            Carried.write(conn, told)
             conn.executemany("INSERT OR REPLACE INTO decisions VALUES (?, ?, ?)",
                              [(k[0], k[1], json.dumps(sorted(p))) for k, p, _ in adds])
             decided: dict[str, int] = {}
@@ -318,7 +384,13 @@ class Decisions:
 
     async def close(self) -> None:
         self._task.cancel()
+        self._told_task.cancel()
         self._io.shutdown(wait=True)
+        if told := self.carried.take():
+            try:
+                self._write([], set(), told)
+            except Exception as e:
+                log.warning("writing what the backends carried out failed: %s", e)
         if self._checkpoint_conn is not None:
             self._checkpoint_conn.close()
         self.conn.close()

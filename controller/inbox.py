@@ -260,6 +260,8 @@ class Inbox:
                 voted.append(link)
             else:
                 self.ended.add(link)
+                if link in self.one_phase and self.decisions is not None:
+                    self.decisions.carried_out(link.name, self.key)   # its writes stored
             waiting.discard(link)
         if voted and self.aborted:
             # Votes taken ahead of an abort that has since gone down are void: the

@@ -214,6 +214,7 @@ class Membership:
         reply = await link.hello(timeout)
         self._admitted(link, reply)
         self._heard(reply)
+        await self._not_older(link, reply)
         units = [(u.epoch, u.seq) for u in reply.in_doubt]
         self.decisions.settled(reply.name, set(units))
         # Presumed abort only where the log would hold a commit: a unit of an epoch it
@@ -231,10 +232,11 @@ class Membership:
                                                 timeout=self.timeout, metadata=link.metadata)
             except grpc.aio.AioRpcError as e:
                 raise link.unavailable(f"resolving its in-doubt units: {e.details()}") from None
+            still = {(u.epoch, u.seq) for u in reply.in_doubt}   # e.g. its disk is full
             for o in outcomes:
                 metrics.IN_DOUBT_RESOLVED.labels("commit" if o.commit else "abort",
                                                  link.name).inc()
-                if o.commit:
+                if o.commit and (o.unit.epoch, o.unit.seq) not in still:
                     self.decisions.forgotten((o.unit.epoch, o.unit.seq), link.name)
             log.info("backend %s: %d in-doubt units resolved (%d committed)", link.name,
                      len(outcomes), sum(o.commit for o in outcomes))
@@ -247,13 +249,24 @@ class Membership:
     def _heard(self, reply: pb.HelloReply) -> None:
         """The decision log learns how far the backend has carried out commits (it tells
         a log restored from an older copy); the list is checked for its bounds first."""
-        if len(reply.committed) > COMMITTED_RUNS or any(
-                not 0 < len(u.epoch) <= MAX_EPOCH for u in reply.committed):
-            raise BackendUnavailable(
-                f"backend {shorten(reply.name)} lists {len(reply.committed)} epochs it "
-                f"committed in (at most {COMMITTED_RUNS}), or one empty or longer than "
-                f"{MAX_EPOCH} characters")
+        for listed in (reply.committed, reply.carried):
+            if len(listed) > COMMITTED_RUNS or any(
+                    not 0 < len(u.epoch) <= MAX_EPOCH for u in listed):
+                raise BackendUnavailable(
+                    f"backend {shorten(reply.name)} lists {len(listed)} epochs it "
+                    f"committed in (at most {COMMITTED_RUNS}), or one empty or longer than "
+                    f"{MAX_EPOCH} characters")
         self.decisions.heard(reply.name, [(u.epoch, u.seq) for u in reply.committed])
+
+    async def _not_older(self, link: BackendLink, reply: pb.HelloReply) -> None:
+        """Refuse a backend that holds less than it told it carried out (`carried.py`);
+        one that holds no data of the cluster (admitted as new) starts anew."""
+        if not reply.cluster:
+            await self.decisions.let_go(link.name)
+            return
+        why = self.decisions.carried.older(link.name, [(u.epoch, u.seq) for u in reply.carried])
+        if why:
+            raise BackendUnavailable(f"backend {link.name} ({link.address}): {why}")
 
     def _admitted(self, link: BackendLink, reply: pb.HelloReply) -> None:
         """Refuse a backend of another cluster, or one serving another controller's bus;

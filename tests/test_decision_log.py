@@ -271,6 +271,24 @@ def test_a_backend_keeps_the_highest_seq_it_committed_of_its_latest_epochs() -> 
     assert undo.commit(conn, unit) is None          # carried out already: nothing changes
     assert undo.committed_through(conn, 3) == {"b": 1, "c": 2, "d": 4}
     assert undo.committed_through(conn, 3) == {"b": 1, "c": 2, "d": 4}
+    # A one-phase unit's seq counts as carried out, not as a two-phase commit.
+    undo.carried_out(conn, ("d", 7))
+    undo.carried_out(conn, ("e", 2))
+    undo.carried_out(conn, ("d", 6))
+    assert undo.committed_through(conn, 4) == {"b": 1, "c": 2, "d": 4}
+    assert undo.carried_through(conn) == {"b": 1, "c": 2, "d": 7, "e": 2}
+
+
+def test_a_file_made_before_one_phase_seqs_were_kept_is_upgraded() -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("CREATE TABLE committed (epoch TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
+    conn.execute("INSERT INTO committed VALUES ('a', 5)")
+    conn.executescript(undo.SCHEMA)
+    undo.upgrade(conn)
+    undo.upgrade(conn)                               # once only
+    undo.carried_out(conn, ("b", 3))
+    assert undo.committed_through(conn, 64) == {"a": 5}
+    assert undo.carried_through(conn) == {"a": 5, "b": 3}
 
 
 def test_a_full_disk_is_named_as_what_failed_the_decision(tmp_path: Path) -> None:
@@ -307,3 +325,39 @@ def test_a_full_disk_is_named_as_what_failed_the_decision(tmp_path: Path) -> Non
     finally:
         if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+class _StillInDoubt(_Stub):
+    """A backend that cannot carry the commit out yet (its disk is full): after Resolve
+    it still lists the unit in doubt."""
+
+    def __init__(self, unit: tuple[str, int]) -> None:
+        super().__init__()
+        self.unit = unit
+
+    async def Resolve(self, outcomes: pb.Outcomes, timeout: float,
+                      metadata: object = ()) -> pb.HelloReply:
+        self.resolved.append(outcomes)
+        return pb.HelloReply(name="b1", in_doubt=[pb.UnitId(epoch=self.unit[0],
+                                                            seq=self.unit[1])])
+
+
+def test_a_decision_is_kept_while_the_backend_still_lists_its_unit_after_resolve() -> None:
+    """Dropped, the decision would be presumed abort at the backend's next Hello, and its
+    part rolled back under the others' committed ones."""
+    async def run() -> None:
+        c = Coordinator([])
+        unit = (c.bus.epoch, 1)
+        await c.decisions.commit(unit, ["b1"])
+        link = _Link([unit])
+        link.stub = _StillInDoubt(unit)
+        c.membership.members.identify({})      # as `start` does with no backend yet
+        with pytest.raises(BackendUnavailable, match="1 units still in doubt"):
+            await c.membership._hello(link, 1)  # type: ignore[arg-type]
+        [sent] = link.stub.resolved
+        assert [(o.unit.seq, o.commit) for o in sent.outcomes] == [(1, True)]
+        assert c.decisions.logged == {unit: {"b1"}}
+        assert await c.decisions.outcome(unit)
+        await c.close()
+
+    asyncio.run(run())

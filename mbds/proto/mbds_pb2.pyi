@@ -567,7 +567,7 @@ class HelloRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HelloReply(_message.Message):
-    __slots__ = ("name", "directory_digest", "metrics_port", "in_doubt", "cluster", "bus_epoch", "members", "committed")
+    __slots__ = ("name", "directory_digest", "metrics_port", "in_doubt", "cluster", "bus_epoch", "members", "committed", "carried")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_DIGEST_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
@@ -576,6 +576,7 @@ class HelloReply(_message.Message):
     BUS_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    CARRIED_FIELD_NUMBER: _ClassVar[int]
     name: str
     directory_digest: str
     metrics_port: int
@@ -584,7 +585,8 @@ class HelloReply(_message.Message):
     bus_epoch: str
     members: _containers.RepeatedScalarFieldContainer[str]
     committed: _containers.RepeatedCompositeFieldContainer[UnitId]
-    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ..., in_doubt: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ..., cluster: _Optional[str] = ..., bus_epoch: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ..., committed: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ...) -> None: ...
+    carried: _containers.RepeatedCompositeFieldContainer[UnitId]
+    def __init__(self, name: _Optional[str] = ..., directory_digest: _Optional[str] = ..., metrics_port: _Optional[int] = ..., in_doubt: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ..., cluster: _Optional[str] = ..., bus_epoch: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ..., committed: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ..., carried: _Optional[_Iterable[_Union[UnitId, _Mapping]]] = ...) -> None: ...
 
 class UnitId(_message.Message):
     __slots__ = ("epoch", "seq")
