@@ -18,6 +18,7 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from controller.abdl import AbdlSyntaxError
 from controller.coordinator import Coordinator
@@ -35,6 +36,8 @@ def failure(e: Exception) -> tuple[grpc.StatusCode, str]:
     metrics.REQUEST_ERRORS.labels(type(e).__name__).inc()
     if isinstance(e, AbdlSyntaxError):
         code, message = grpc.StatusCode.INVALID_ARGUMENT, f"syntax error: {e}"
+    elif isinstance(e, DecodeError):   # a message on a client's stream that does not parse
+        code, message = grpc.StatusCode.INVALID_ARGUMENT, f"a malformed message: {e}"
     elif isinstance(e, MbdsError):
         code, message = e.code, str(e)
     else:

@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import pexpect
 import pytest
 
 from mbds.client import Client, ClientError
+from mbds.proto import mbds_pb2 as pb
 from tests.conftest import CENSUS_YAML
 
 BAD_REQUEST = b"RETRIEVE (FILE = Census) (CITY) -- \xff"
@@ -105,5 +107,26 @@ def test_the_client_refuses_text_the_wire_cannot_carry(address: str) -> None:
         assert e.value.code == "INVALID_ARGUMENT"
         assert str(e.value) == ("the request is not valid UTF-8 "
                                 f"(byte 0xff at character {len(BAD_REQUEST) - 1})")
+        assert c.execute("RETRIEVE (FILE = Census) (CITY)")[0].records == [
+            {"CITY": "Monterey"}]
+
+
+def test_a_stream_message_that_is_not_utf8_on_the_wire_is_invalid_argument(
+        address: str) -> None:
+    """A load chunk whose file name is bytes that are not UTF-8 (a client other than
+    ours): INVALID_ARGUMENT naming the message, nothing stored, and the controller goes
+    on serving."""
+    data = pb.LoadRequest(file="CENSUS", attributes=["CITY"], records=[
+        pb.Row(values=[pb.Value(s="Salinas")])]).SerializeToString().replace(b"CENSUS",
+                                                                            b"C\xffNSUS")
+    with grpc.insecure_channel(address) as ch:
+        load = ch.stream_stream("/mbds.Controller/Load", request_serializer=None,
+                                response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as e:
+            list(load(iter([data]), timeout=30))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value
+    assert e.value.details().startswith("a malformed message: Error parsing message"), \
+        e.value.details()
+    with Client(address) as c:
         assert c.execute("RETRIEVE (FILE = Census) (CITY)")[0].records == [
             {"CITY": "Monterey"}]
