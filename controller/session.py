@@ -18,7 +18,7 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
 from controller.abdl import AbdlSyntaxError
 from controller.coordinator import Coordinator
