@@ -21,6 +21,17 @@ class Movers:
 
     def __init__(self) -> None:
         self.running: dict[Hashable, tuple[frozenset[str], asyncio.Future[None]]] = {}
+        # Per file, how many movers of it have started or ended here.
+        self.changes: dict[str, int] = {}
+
+    def mark(self, files: frozenset[str]) -> int:
+        """A mark that differs after any mover of `files` starts or ends here, and -1 while
+        one runs: a descriptor search made under a mark that is -1, or that has changed
+        since, may be stale on some backend (a peer searched before IIG's new descriptor
+        reached it, this backend after), so stage 2 searches whole again."""
+        if self.before(files):
+            return -1
+        return sum(self.changes.get(f, 0) for f in files)
 
     def before(self, files: frozenset[str]) -> list[asyncio.Future[None]]:
         """The ends to wait for before planning a unit that searches `files`."""
@@ -30,9 +41,14 @@ class Movers:
 
     def start(self, key: Hashable, files: frozenset[str]) -> None:
         self.running[key] = (files, asyncio.get_running_loop().create_future())
+        for f in files:
+            self.changes[f] = self.changes.get(f, 0) + 1
 
     def end(self, key: Hashable) -> None:
         """The unit ended here (committed, rolled back or failed); idempotent."""
         entry = self.running.pop(key, None)
-        if entry is not None and not entry[1].done():
-            entry[1].set_result(None)
+        if entry is not None:
+            for f in entry[0]:
+                self.changes[f] = self.changes.get(f, 0) + 1
+            if not entry[1].done():
+                entry[1].set_result(None)

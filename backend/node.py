@@ -46,6 +46,10 @@ from mbds.service import MAX_BACKEND_NAME
 
 log = logging.getLogger("mbds.backend")
 
+# Units a peer's ids may name before their traffic unit comes here: more is no peer
+# running ahead of this backend but a flood, refused (`on_peer_ids`).
+MAX_UNARRIVED = 4096
+
 
 class BackendNode:
     """One backend: the bus's messages through DM's stages and CC to the execution."""
@@ -84,6 +88,7 @@ class BackendNode:
                                        self.loop)
         self._stage2_task = asyncio.create_task(self._stage2_loop())
         self.metrics_port = 0
+        self.unarrived = 0          # states made by peer ids, counted again when at the bound
 
     def state(self, key: tuple[str, int], *, arriving: bool = False) -> TuState:
         """The unit's state; `arriving` when its traffic unit itself has come."""
@@ -173,6 +178,7 @@ class BackendNode:
             with self._h("dm.attribute_locked"):      # descriptor search, ids to the peers
                 st.found = self.plans.search(shape, tu, *self.exchange.share(st, tu))
                 st.searched = self.directory.generation
+                st.movers_mark = self.movers.mark(shape.files)
                 self.exchange.send(st, tu, st.found)
         except Exception as e:   # the unit fails alone; its locks must not outlive it
             log.exception("descriptor search failed for %s", key)
@@ -190,8 +196,18 @@ class BackendNode:
             self.stage2.put((key, st))
 
     def on_peer_ids(self, msg: pb.DescriptorIds) -> None:
+        key = (msg.epoch, msg.seq)
+        if key not in self.tus:
+            if msg.epoch == self.config.epoch and msg.seq <= self.last_seq:
+                return              # late ids of a unit that ran here already: nothing waits
+            self.unarrived = sum(1 for st in self.tus.values() if st.tu is None) \
+                if self.unarrived >= MAX_UNARRIVED else self.unarrived + 1
+            if self.unarrived > MAX_UNARRIVED:
+                raise check.BadMessage(
+                    f"descriptor ids for more than {MAX_UNARRIVED} units that have not come "
+                    f"here (unit {shorten(msg.epoch, 40)}/{msg.seq}): refused")
         with self._h("dm.descriptor_ids"):
-            self.exchange.received(self.state((msg.epoch, msg.seq)), msg)
+            self.exchange.received(self.state(key), msg)
 
     def on_abort(self, seq: int, reason: str) -> None:
         st = self.tus.get((self.config.epoch, seq))
@@ -251,9 +267,13 @@ class BackendNode:
         if ends := self.movers.before(shape.files):      # (`movers.py`)
             await asyncio.wait(ends)
         st.found = await self.exchange.gather(st)
-        if st.searched != self.directory.generation:
+        if st.searched != self.directory.generation or \
+                st.movers_mark != self.movers.mark(shape.files) or st.movers_mark == -1:
             # Descriptors made since the search (a mover's new value) are searched too:
-            # whole, as every backend holds the whole directory.
+            # whole, as every backend holds the whole directory. So are they when a mover
+            # of its files ran since: IIG's new descriptors reach the backends out of bus
+            # order, and a peer may have searched its share before one reached it, this
+            # backend after (its own generation then unchanged, the peer's ids stale).
             st.found = dm.descriptor_search(self.directory, tu, 0, 1)
         if any(r.moves_records for r in tu.requests):
             self.movers.start(key, shape.files)

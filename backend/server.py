@@ -261,7 +261,11 @@ class PeerServicer(rpc.PeerServicer):
         try:
             await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if reading.done():
-                reading.result()      # a broken stream fails the call, as it always did
+                try:
+                    reading.result()  # a broken stream fails the call, as it always did
+                except BadMessage as e:
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                        f"backend {self.node.name}: {e}"[:1000])
         finally:
             stopping.cancel()
             reading.cancel()

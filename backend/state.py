@@ -81,6 +81,7 @@ class TuState:
     config: BusConfig | None = None    # the bus's, when its share was worked out
     found: DescriptorResults = field(default_factory=dict)
     searched: int = -1                 # the directory's generation at descriptor search
+    movers_mark: int = -1              # `Movers.mark` of its files at descriptor search
     shape: Shape | None = None         # its requests' checks and plans (`plancache.py`)
     cancelled: str = ""
     # The writer's job storing the latest directory update not yet stored when this

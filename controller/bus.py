@@ -29,7 +29,7 @@ from mbds.errors import BackendUnavailable, SemanticError, shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MAX_MESSAGE, MESSAGE_BUDGET, too_large
+from mbds.service import MAX_BACKEND_NAME, MAX_MESSAGE, MESSAGE_BUDGET, too_large
 
 # BackendFailure and Inbox live in inbox.py; named here too for the modules that
 # meet them with the bus.
@@ -126,7 +126,8 @@ class BackendLink:
 
     def unavailable(self, detail: str | None = None) -> BackendUnavailable:
         return BackendUnavailable(
-            f"backend {self.name} ({self.address}) is unreachable: {detail or self.error}")
+            f"backend {shorten(self.name)} ({self.address}) is unreachable: "
+            f"{shorten(detail or self.error, 500)}")
 
     async def hello(self, timeout: float) -> pb.HelloReply:
         try:
@@ -136,6 +137,11 @@ class BackendLink:
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise self.unavailable(f"no answer to a hello within {timeout:g} s") from None
             raise self.unavailable(e.details() or e.code().name) from None
+        if not 0 < len(reply.name) <= MAX_BACKEND_NAME:
+            # Kept in members.json and sent to every backend in its bus hello, which each
+            # refuses: refused here, before anything is kept.
+            raise self.unavailable(f"it names itself {shorten(repr(reply.name))}: a "
+                                   f"backend's name is 1 to {MAX_BACKEND_NAME} characters")
         if self.named and reply.name != self.name:
             # Its records live only in that backend: another one must not take its place.
             log.warning("backend %s (%s): backend %s answers at its address; refused",

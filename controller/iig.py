@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from controller import iig_batch
 from controller.load import LoadBatch, PreparedLoad
+from controller.reqp import MAX_TEXT
 from mbds import metrics
 from mbds.directory import Descriptor, Directory, file_schema_to_pb
 from mbds.errors import DefinitionError, shorten
@@ -237,6 +238,11 @@ class Iig:
                                       f"{type(value).__name__}")
             if isinstance(value, float) and not math.isfinite(value):
                 raise DefinitionError(f"{file}.{name}: {value!r} is not a finite number")
+            if isinstance(value, str) and len(value) > MAX_TEXT:
+                # No request could have given it (REQP's MAX_TEXT); unbounded, the entries
+                # made for it would make every next traffic unit too large to send.
+                raise DefinitionError(f"{file}.{name}: a value of {len(value):,} characters,"
+                                      f" more than a request may hold ({MAX_TEXT:,})")
         update = pb.DirectoryUpdate()
         return self.cluster_of(file, directory_values, update), update
 

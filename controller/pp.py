@@ -25,7 +25,7 @@ from typing import Any
 from controller.inbox import BackendFailure, Inbox, Link
 from controller.reqp import Prepared
 from mbds import metrics
-from mbds.errors import SemanticError, TrafficUnitAborted
+from mbds.errors import SemanticError, TrafficUnitAborted, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.service import MESSAGE_BUDGET, too_large
 from mbds.values import INT64_MAX, INT64_MIN, describe, from_pb
@@ -159,6 +159,22 @@ def _refused(link: Link, fault: str) -> BackendFailure:
         f"{fault}"))
 
 
+def _stats_fault(link: Link, d: pb.RequestStats) -> str:
+    """What is wrong with a backend's statistics of one request ("" if nothing): they
+    reach the client, so they are one entry, of that backend, its own count and a time."""
+    if len(d.backends) != 1:
+        return f"with {len(d.backends)} backends' statistics, not its own alone"
+    own = d.backends[0]
+    if own.backend != link.name:
+        return f"whose statistics name backend {shorten(repr(own.backend))}"
+    if own.records != d.records_retrieved:
+        return (f"whose statistics count {own.records} records and "
+                f"{d.records_retrieved} in all")
+    if not (math.isfinite(own.elapsed_ms) and own.elapsed_ms >= 0):
+        return f"whose statistics give a time of {own.elapsed_ms} ms"
+    return ""
+
+
 def _encoded_batches(request_index: int, rows: Iterable[str]
                      ) -> Iterator[tuple[pb.ExecuteReply, int]]:
     """Row batches of rows encoded already, each with its bytes: a batch ends at
@@ -234,6 +250,8 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
                 kind = msg.WhichOneof("body")
                 if kind == "done":
                     d = msg.done.stats
+                    if fault := _stats_fault(link, d):
+                        raise _refused(link, f"a done for request {i} {fault}")
                     clusters = max(clusters, d.clusters_examined)
                     records += d.records_retrieved
                     per_backend.extend(d.backends)

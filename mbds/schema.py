@@ -246,6 +246,9 @@ def parse_definition(text: str) -> list[FileSchema]:
     except yaml.YAMLError as e:
         raise DefinitionError(f"definition is not valid YAML: {shorten(str(e), 500)}"
                               ) from None
+    except RecursionError:
+        raise DefinitionError("definition nests its lists or mappings too deeply (a "
+                              "definition needs four levels)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict) or not doc["files"]:
         raise DefinitionError("definition must have a non-empty 'files' mapping")
     if len(doc["files"]) > MAX_FILES:
