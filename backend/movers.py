@@ -7,7 +7,8 @@ stage 2 would have planned it before: its cluster search would not know the new
 clusters, and it would look for the moved records where they were. So stage 2 plans
 such a unit only once every earlier mover of its files has ended on this backend, in
 bus order as stage 2 runs, and searches descriptors again if the directory changed
-meanwhile (`node.py`).
+meanwhile, or if a mover of its files ran here at its stage 1 or since (`mark`; a
+peer's share of the search may predate the mover's new value, `node.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Movers:
         one runs: a descriptor search made under a mark that is -1, or that has changed
         since, may be stale on some backend (a peer searched before IIG's new descriptor
         reached it, this backend after), so stage 2 searches whole again."""
+        if not self.changes:               # no mover has run here
+            return 0
         if self.before(files):
             return -1
         return sum(self.changes.get(f, 0) for f in files)
