@@ -268,7 +268,7 @@ class BackendNode:
             await asyncio.wait(ends)
         st.found = await self.exchange.gather(st)
         if st.searched != self.directory.generation or \
-                st.movers_mark != self.movers.mark(shape.files) or st.movers_mark == -1:
+                st.movers_mark != self.movers.mark(shape.files):     # (-1 never equals)
             # Descriptors made since the search (a mover's new value) are searched too:
             # whole, as every backend holds the whole directory. So are they when a mover
             # of its files ran since: IIG's new descriptors reach the backends out of bus

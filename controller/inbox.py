@@ -213,13 +213,32 @@ class Inbox:
                     f"deadline from backend{'s' if len(late) > 1 else ''} {names}")) from None
             if got is None and self.sent[link].final:
                 # A bus that closes after the backend's last reply of the unit (a backend
-                # stopping once its answers are sent) takes nothing of it away.
+                # stopping once its answers are sent) takes nothing of it away, unless
+                # another backend may still be waiting for its descriptor ids: they go
+                # to the peers on streams of their own, not in step with its replies, and
+                # may have died with it (a backend that crashed just after answering).
+                # One that has sent nothing of the unit yet may be in stage 2 waiting for
+                # them, which would hold it, and every unit behind it, to the deadline.
                 self.ended.add(link)
-                continue
+                unheard = self._unheard(link)
+                if not unheard:
+                    continue
+                names = ", ".join(x.name for x in unheard)
+                raise BackendFailure(link, link.unavailable(
+                    f"{link.error or 'its bus closed'} (after its last reply of the unit, "
+                    f"before backend{'s' if len(unheard) > 1 else ''} {names} had sent "
+                    "anything: they may be waiting for its descriptor ids)"))
             msg = self._check(link, got)
             if link in waiting and self._stage(msg) == stage and not self.ahead[link]:
                 return link, msg
             self.ahead[link].append(msg)
+
+    def _unheard(self, gone: Link) -> list[Link]:
+        """The backends, but `gone`, still owing their part of the unit that have sent
+        nothing of it yet: each may still be in stage 2, waiting for descriptor ids."""
+        return sorted((x for x, s in self.sent.items() if x is not gone
+                       and x not in self.ended and not s.final and not s.voted
+                       and not s.at and not s.batches), key=lambda x: x.index)
 
     def consumed_batch(self, link: Link) -> None:
         """PP is done with one row batch (or group): return credit in steps."""

@@ -675,3 +675,55 @@ def test_an_abort_too_late_for_a_one_phase_writer_is_told() -> None:
         "writes may have been stored")
     assert asyncio.run(outcome(COMMITTED, False)) == ""
     assert asyncio.run(outcome(None, False)) == ""
+
+
+def test_a_bus_closing_after_its_last_reply_fails_a_unit_others_have_not_begun() -> None:
+    """A backend that answers a unit and then dies may take its descriptor ids with it
+    (they go to the peers on streams of their own, not with its replies): a backend
+    that has sent nothing of the unit may be waiting for them in stage 2. The closing
+    of the bus fails the unit then and there, naming both, not at its deadline."""
+    async def main() -> None:
+        b0, b2 = FakeLink("b0", 0), FakeLink("b2", 2)
+        loop = asyncio.get_running_loop()
+        inbox = Inbox([b0, b2], 1, loop.time() + 3600, 3600, 1)
+        inbox.deliver(b2, done(0))
+        inbox.deliver(b2, COMMITTED)
+        inbox.deliver(b2, None)
+        with pytest.raises(BackendFailure) as failed:
+            async with asyncio.timeout(30):      # not the unit's deadline, an hour away
+                link, _ = await inbox.take({b0, b2}, 0)      # b2's done
+                assert link is b2
+                await inbox.take({b0}, 0)
+        assert failed.value.link is b2
+        assert "before backend b0 had sent anything: they may be waiting for its " \
+               "descriptor ids" in str(failed.value.error), failed.value.error
+        inbox.unregister()
+    asyncio.run(main())
+
+
+def test_a_bus_closing_after_its_last_reply_takes_nothing_from_backends_under_way(
+) -> None:
+    """A backend that has sent part of its answer has every id it needed: another one's
+    bus closing once its own answers are sent (it is stopping) fails nothing."""
+    async def main() -> None:
+        b0, b2 = FakeLink("b0", 0), FakeLink("b2", 2)
+        loop = asyncio.get_running_loop()
+        inbox = Inbox([b0, b2], 1, loop.time() + 3600, 3600, 1)
+        inbox.deliver(b0, rows(0))
+        inbox.deliver(b2, done(0))
+        inbox.deliver(b2, COMMITTED)
+        inbox.deliver(b2, None)
+        inbox.deliver(b0, done(0))
+        inbox.deliver(b0, COMMITTED)
+        got = []
+        waiting = {b0, b2}
+        async with asyncio.timeout(30):
+            while waiting:
+                link, msg = await inbox.take(waiting, 0)
+                got.append((link.name, msg.WhichOneof("body")))
+                if msg.WhichOneof("body") == "done":
+                    waiting.discard(link)
+            await inbox.expect_all("committed")
+        assert sorted(got) == [("b0", "done"), ("b0", "rows"), ("b2", "done")]
+        inbox.unregister()
+    asyncio.run(main())
