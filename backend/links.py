@@ -97,6 +97,11 @@ class PeerLinks:
         for a in self.targets:
             self.links[a].queue.put(data)
 
+    def flushed(self) -> bool:
+        """Has every id broadcast so far gone down its stream (each queue taken, and its
+        stream waiting for more)?"""
+        return all(link.queue.idle for link in self.links.values())
+
     async def close(self) -> None:
         for link in self.links.values():
             await link.close()

@@ -35,6 +35,9 @@ from mbds.service import (
 log = logging.getLogger("mbds.backend")
 
 
+PEER_FLUSH = 1.0      # seconds a stopping backend waits for its ids to reach the peers
+
+
 def _latest(through: dict[str, int]) -> list[pb.UnitId]:
     """The latest COMMITTED_RUNS epochs' seqs, as a Hello lists them."""
     return [pb.UnitId(epoch=e, seq=s) for e, s in list(through.items())[-COMMITTED_RUNS:]]
@@ -58,6 +61,12 @@ class BackendServicer(rpc.BackendServicer):
         deadline = loop.time() + grace
         while loop.time() < deadline and any(
                 st.bus in self.buses for st in self.node.tus.values()):
+            await asyncio.sleep(0.02)
+        # Their descriptor ids out to the peers too, before the buses end (a bus that
+        # ends, unlike one that breaks, tells PP that nothing of its units is missing);
+        # not longer than PEER_FLUSH, as a peer that is down takes nothing.
+        flushed = min(deadline, loop.time() + PEER_FLUSH)
+        while loop.time() < flushed and not self.node.exchange.peers.flushed():
             await asyncio.sleep(0.02)
         for bus in self.buses:
             bus.queue.put(None)

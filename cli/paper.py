@@ -16,6 +16,7 @@ from loadgen import paper_db as P
 from loadgen.paper_summary import console_for_summary, show, table2_table
 from loadgen.table2 import run_table2
 from mbds.client import LOAD_CHUNK, Client, ClientError
+from mbds.service import MAX_LOAD_RECORDS
 
 
 @click.group()
@@ -32,7 +33,8 @@ load.add_command(load_file)
 @click.option("--multi", type=int, default=1, show_default=True,
               help="M copies of every record (MULTI = One, Two, ...).")
 @click.option("--record-bytes", type=int, default=200, show_default=True)
-@click.option("--chunk", type=click.IntRange(1), default=LOAD_CHUNK, show_default=True,
+@click.option("--chunk", type=click.IntRange(1, MAX_LOAD_RECORDS), default=LOAD_CHUNK,
+              show_default=True,
               help="Records per batch (one traffic unit each).")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: on a terminal, or from "

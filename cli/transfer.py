@@ -25,7 +25,7 @@ from cli.options import controller_option, fail
 from cli.records_in import BAD_INPUT, Record, csv_records, json_records
 from mbds.client import LOAD_CHUNK, Client, ClientError
 from mbds.proto import mbds_pb2 as pb
-from mbds.service import MAX_MESSAGE
+from mbds.service import MAX_LOAD_RECORDS, MAX_MESSAGE
 
 FORMATS = ("jsonl", "csv")
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
@@ -78,7 +78,8 @@ def _format(path: str, fmt: str | None, default: str | None) -> str:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--format", "fmt", type=click.Choice(FORMATS),
               help="[default: from PATH's suffix: .csv, .jsonl or .ndjson]")
-@click.option("--chunk", type=click.IntRange(1), default=LOAD_CHUNK, show_default=True,
+@click.option("--chunk", type=click.IntRange(1, MAX_LOAD_RECORDS), default=LOAD_CHUNK,
+              show_default=True,
               help="Records per batch (one traffic unit each).")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: as `mbds load paper`; none "

@@ -89,6 +89,9 @@ class BackendLink:
         # seq -> the inbox of the traffic unit waiting for its results.
         self.pending: dict[int, Inbox] = {}
         self.error = "not connected"
+        # Its last bus failed (a crash, a lost connection) rather than ended (a backend
+        # that stops ends it once its answers are out, and its descriptor ids too).
+        self.broke = False
         self.metrics_url = ""
         # The cluster and epoch every call but Hello names (`Bus.admit`): the backend
         # takes calls of its own cluster only, and writes from one controller at a time.
@@ -177,7 +180,7 @@ class BackendLink:
         self.close_bus()
         self.queue = Mailbox()
         self.queue.put(pb.BusMessage(hello=hello))
-        self.error = ""
+        self.error, self.broke = "", False
         self.pending = {}           # each bus has its own: a dying one fails only its units
         self.bus_task = asyncio.create_task(self._run_bus(self.queue, self.pending))
 
@@ -221,6 +224,7 @@ class BackendLink:
                         inbox.deliver(self, reply)
         except grpc.aio.AioRpcError as e:
             self.error = e.details() or e.code().name
+            self.broke = True
             log.warning("bus to backend %s broke: %s", self.name, self.error)
         except asyncio.CancelledError:
             raise

@@ -37,6 +37,7 @@ from pathlib import Path
 from controller.carried import Carried, Row
 from mbds import metrics
 from mbds.errors import shorten
+from mbds.service import TOLD_EVERY
 
 log = logging.getLogger("mbds.controller")
 
@@ -49,10 +50,6 @@ CHECKPOINT_EVERY = 500
 # In the epochs table of a log made before epochs were recorded: the epochs of its
 # runs until then, which it cannot list (see Decisions.__init__).
 EARLIER_RUNS = "*"
-
-# What backends told of their commits, when no decision is written to take it along,
-# is written within this many seconds (`carried.py`).
-TOLD_EVERY = 1.0
 
 
 class PresumedAborted(Exception):

@@ -31,6 +31,7 @@ class Link(Protocol):
     address: str
     index: int                      # its place on the bus
     error: str                      # why its bus is down; "" while it is up
+    broke: bool                     # its bus failed rather than ended (`BackendLink`)
     pending: dict[int, Inbox]
 
     @property
@@ -212,15 +213,15 @@ class Inbox:
                     f"traffic unit aborted: no answer within the {self.timeout:g} s "
                     f"deadline from backend{'s' if len(late) > 1 else ''} {names}")) from None
             if got is None and self.sent[link].final:
-                # A bus that closes after the backend's last reply of the unit (a backend
-                # stopping once its answers are sent) takes nothing of it away, unless
-                # another backend may still be waiting for its descriptor ids: they go
-                # to the peers on streams of their own, not in step with its replies, and
-                # may have died with it (a backend that crashed just after answering).
-                # One that has sent nothing of the unit yet may be in stage 2 waiting for
-                # them, which would hold it, and every unit behind it, to the deadline.
+                # A bus that ends after the backend's last reply of the unit (a backend
+                # stopping once its answers and ids are out) takes nothing of it away.
+                # One that breaks may have taken the backend's descriptor ids with it
+                # (they go to the peers on streams of their own, not in step with its
+                # replies): a backend that has sent nothing of the unit yet may be in
+                # stage 2 waiting for them, which would hold it, and every unit behind
+                # it, to the deadline.
                 self.ended.add(link)
-                unheard = self._unheard(link)
+                unheard = self._unheard(link) if link.broke else []
                 if not unheard:
                     continue
                 names = ", ".join(x.name for x in unheard)

@@ -21,14 +21,12 @@ from mbds.directory import Directory
 from mbds.errors import MbdsError, SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
+from mbds.service import MAX_LOAD_RECORDS
 from mbds.values import Value
 
 # Batches of one load in flight at once: the next is checked, placed and sent while
 # the backends write the ones before it.
 WINDOW = 4
-# Records in one batch: a constant or all-null column costs the wire a few bytes
-# whatever its count, so the count itself is bounded (the client sends 10,000).
-MAX_BATCH_RECORDS = 100_000
 BODY = Attribute("BODY", "string")
 
 
@@ -93,9 +91,9 @@ def prepare(directory: Directory, chunk: pb.LoadRequest) -> PreparedLoad:
         raise SemanticError(f"the batch has {len(cols.columns)} columns for "
                             f"{len(names)} attributes")
     count, first = cols.count, cols.first or 1
-    if not 1 <= count <= MAX_BATCH_RECORDS:
+    if not 1 <= count <= MAX_LOAD_RECORDS:
         raise SemanticError(f"a load batch of {count} records: a batch holds 1 to "
-                            f"{MAX_BATCH_RECORDS:,} (MAX_BATCH_RECORDS)")
+                            f"{MAX_LOAD_RECORDS:,}")
     wire = [pb.Column() for _ in schema.attributes]
 
     def check(attr: Attribute, col: pb.Column) -> None:

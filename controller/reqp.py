@@ -20,6 +20,7 @@ from mbds.directory import Directory
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
+from mbds.service import MAX_LOAD_RECORDS
 from mbds.traffic import RELOP_PB, predicate_count
 from mbds.values import Value, from_pb, to_pb
 
@@ -28,7 +29,6 @@ from mbds.values import Value, from_pb, to_pb
 # data, bounded by gRPC's message size alone, while the rest costs a parse.
 MAX_TEXT = 1 << 20
 MAX_REQUESTS = 1000        # requests in one transaction
-MAX_LOAD_ROWS = 100_000    # records in one load chunk of rows (as load.MAX_BATCH_RECORDS)
 # Predicates in one request: each deepens a backend's SQL condition by one level, and
 # SQLite refuses an expression deeper than 1000.
 MAX_PREDICATES = 500
@@ -138,10 +138,9 @@ class Reqp:
         for a in names:
             if a not in schema.by_name:
                 raise SemanticError(f"unknown attribute {shorten(a)} in file {schema.name}")
-        if len(chunk.records) > MAX_LOAD_ROWS:
-            # An empty row is 2 bytes on the wire and hundreds here (load.MAX_BATCH_RECORDS)
-            raise SemanticError(f"a load chunk of {len(chunk.records):,} records: a chunk "
-                                f"holds at most {MAX_LOAD_ROWS:,} (MAX_LOAD_ROWS)")
+        if len(chunk.records) > MAX_LOAD_RECORDS:
+            raise SemanticError(f"a load batch of {len(chunk.records):,} records: a batch "
+                                f"holds 1 to {MAX_LOAD_RECORDS:,}")
         inserts = []
         for r, row in enumerate(chunk.records, start=first):
             if len(row.values) != len(names):

@@ -24,6 +24,7 @@ import click
 from loadgen import paper_db as P
 from loadgen.common import local_cluster_procs
 from mbds.client import Client
+from mbds.service import TOLD_EVERY
 
 # Shared objects by what they are; the first name contained in an object's path wins.
 LIBRARIES = (("libpython", "python"), ("cygrpc", "grpc"), ("_upb", "protobuf"),
@@ -101,6 +102,9 @@ def measure(backends: int, text: str, units: int, warmup: int, *,
             P.load(client, scale)
             for _ in range(warmup):
                 client.execute(text)
+            # What the load's commits told the controller is written within TOLD_EVERY
+            # (`controller/carried.py`): before counting, not among the units.
+            time.sleep(TOLD_EVERY + 0.5)
             assert cluster.controller is not None
             pids = {"controller": cluster.controller.popen.pid} | {
                 f"b{i}": b.popen.pid for i, b in enumerate(cluster.backends)}

@@ -25,6 +25,7 @@ from loadgen import paper_db as P
 from loadgen.common import fail, local_cluster_procs, print_table
 from loadgen.cpu import CpuMeter
 from mbds.client import LOAD_CHUNK, Client, ClientError
+from mbds.service import MAX_LOAD_RECORDS
 
 Record = tuple[list[int | str], None]
 
@@ -85,7 +86,8 @@ def _row(name: str, n: int, m: dict[str, Any]) -> dict[str, Any]:
 @click.command("load")
 @click.option("--records", type=click.IntRange(1000), default=100_000, show_default=True,
               help="Records to load (rounded down to a multiple of 1000: the paper's scale).")
-@click.option("--chunk", type=click.IntRange(1), default=LOAD_CHUNK, show_default=True,
+@click.option("--chunk", type=click.IntRange(1, MAX_LOAD_RECORDS), default=LOAD_CHUNK,
+              show_default=True,
               help="Records per batch (one traffic unit each).")
 @click.option("--backend-cpus", type=float, default=None,
               help="Also load into 1 and 2 backends each held to this CPU budget (cgroups).")

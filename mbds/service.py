@@ -19,11 +19,18 @@ MAX_MESSAGE = 64 << 20
 MESSAGE_BUDGET = MAX_MESSAGE - (1 << 20)
 # A backend is named by its data dir: one path component.
 MAX_BACKEND_NAME = 255
+# Records in one load batch (a traffic unit), as rows or as columns: a constant or
+# all-null column costs the wire a few bytes whatever its count, an empty row two, so
+# the count itself is bounded. The client sends 10,000 (`LOAD_CHUNK`).
+MAX_LOAD_RECORDS = 100_000
 # The runs of a controller (epochs) a backend keeps the highest committed seq of, and
 # tells at its hello: the latest ones, whose decision log may be checked against them.
 COMMITTED_RUNS = 64
 # An epoch as a controller makes it (uuid hex) is short; one past this is refused.
 MAX_EPOCH = 64
+# What backends told the controller of their commits, when no decision is written to
+# take it along, is written to its log within this many seconds (`controller/carried.py`).
+TOLD_EVERY = 1.0
 # Pings on every open call, both ways, find a peer that stopped answering without
 # closing its connection (a host gone, a partition, a frozen process): one unanswered
 # for 10 s (gRPC's own ping timeout is 60 s) breaks the connection, so the controller

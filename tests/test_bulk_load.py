@@ -30,6 +30,7 @@ from mbds.directory import Directory
 from mbds.errors import SemanticError, TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
+from mbds.service import MAX_LOAD_RECORDS
 from tests.conftest import CENSUS_YAML, Running
 from tests.crashes import retry
 
@@ -141,7 +142,7 @@ def test_a_batch_with_bad_names_or_shapes_is_refused() -> None:
     with pytest.raises(SemanticError, match="as rows or as columns, not both"):
         prepare(both)
     # A column of nulls costs the wire nothing per record: the count itself is bounded.
-    for count in (0, load.MAX_BATCH_RECORDS + 1, 2 ** 32 - 1):
+    for count in (0, MAX_LOAD_RECORDS + 1, 2 ** 32 - 1):
         huge = pb.LoadRequest(file="CENSUS", attributes=[],
                               columns=pb.LoadColumns(count=count))
         with pytest.raises(SemanticError, match=f"a load batch of {count} records: a batch "
@@ -463,3 +464,16 @@ def test_mbds_bench_load_prints_each_rate_and_their_ratio() -> None:
     assert all(r["records"] == 2000 and r["records/s"] > 0 for r in rows)
     assert summary["ratio_mbds_1_to_executemany"] == pytest.approx(
         rows[1]["records/s"] / rows[0]["records/s"], abs=1e-3)
+
+
+@pytest.mark.parametrize("command", [["load", "file", "CENSUS", "-"], ["load", "paper"],
+                                     ["bench", "load"]])
+def test_a_chunk_larger_than_a_batch_may_hold_is_refused_by_the_command(
+        command: list[str]) -> None:
+    """Named by the command line before anything is read or sent (the controller would
+    refuse each batch of it)."""
+    result = CliRunner().invoke(cli, [*command, "--chunk", str(MAX_LOAD_RECORDS + 1)],
+                                input="")
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--chunk': {MAX_LOAD_RECORDS + 1} is not in the range " \
+           f"1<=x<={MAX_LOAD_RECORDS}" in result.output, result.output

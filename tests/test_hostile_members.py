@@ -22,7 +22,7 @@ from mbds.cluster import Proc
 from mbds.errors import BackendUnavailable, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.service import MAX_BACKEND_NAME
+from mbds.service import MAX_BACKEND_NAME, MAX_LOAD_RECORDS
 from mbds.values import to_pb
 from tests.conftest import (
     CENSUS_YAML,
@@ -246,18 +246,17 @@ def test_iig_refuses_to_place_a_value_longer_than_a_request_may_hold(cluster: Ru
 # --------------------------------------------------------------- clients --
 def test_a_load_chunk_of_more_rows_than_a_batch_holds_is_refused(cluster: Running) -> None:
     """Empty rows cost the wire two bytes each and the controller far more: a chunk of
-    rows past MAX_LOAD_ROWS is refused naming its count and the limit, storing nothing."""
-    from controller.reqp import MAX_LOAD_ROWS
+    rows past MAX_LOAD_RECORDS is refused naming its count and the limit, storing nothing."""
 
     before = snapshot(cluster)
     chunk = pb.LoadRequest(file="CENSUS", attributes=[],
-                           records=[pb.Row()] * (MAX_LOAD_ROWS + 1))
+                           records=[pb.Row()] * (MAX_LOAD_RECORDS + 1))
     with pytest.raises(grpc.RpcError) as err:
         list(cluster.client.stub.Load(iter([chunk]), timeout=60))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
     assert err.value.details() == (
-        f"a load chunk of {MAX_LOAD_ROWS + 1:,} records: a chunk holds at most "
-        f"{MAX_LOAD_ROWS:,} (MAX_LOAD_ROWS)")
+        f"a load batch of {MAX_LOAD_RECORDS + 1:,} records: a batch holds 1 to "
+        f"{MAX_LOAD_RECORDS:,}")
     assert snapshot(cluster) == before
 
 
