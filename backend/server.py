@@ -165,6 +165,9 @@ class BackendServicer(rpc.BackendServicer):
             self.owner.closed(bus)
             await context.abort(grpc.StatusCode.UNAVAILABLE, (
                 f"backend {self.node.name} cannot keep its cluster's id: {e}")[:1000])
+        except BaseException:      # cancelled (the controller reopened it): no bus either
+            self.owner.closed(bus)
+            raise
         bus.cluster = self.owner.cluster
         reader = asyncio.create_task(self._read_bus(request_iterator, bus))
         sent = metrics.BUS_MESSAGES.labels("to_controller", self.node.name)

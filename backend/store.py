@@ -145,8 +145,14 @@ class Store:
 
     @staticmethod
     def join_cluster(conn: sqlite3.Connection, cluster: str) -> None:
-        """Keep `cluster` as this backend's, once (writer thread)."""
-        conn.execute("INSERT INTO meta (key, value) VALUES ('cluster', ?)", (cluster,))
+        """Keep `cluster` as this backend's, once (writer thread). Kept again by a bus
+        whose first try was cancelled after the row was written: the same id is no
+        error, another one is."""
+        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('cluster', ?)",
+                     (cluster,))
+        kept = conn.execute("SELECT value FROM meta WHERE key = 'cluster'").fetchone()[0]
+        if kept != cluster:
+            raise ValueError(f"it already belongs to cluster {kept}")
 
     def members(self) -> list[str]:
         """The names of the cluster's backends, as its last bus hello gave them."""

@@ -168,7 +168,9 @@ class Membership:
                if a not in {x.address for x in self.links}]
         if not new:
             return
-        async with self._between_units():
+        async with self._between_units(), self._connecting:
+            # `_connecting`: no reconnection (`ensure_up`, which `status` calls outside
+            # any traffic unit) opens a bus while the set of backends changes.
             try:
                 await self._join(new)
                 await self._buses_taken(new)
@@ -176,6 +178,12 @@ class Membership:
                 for link in new:        # refused before it was admitted: tried again anew
                     if link not in self.links:
                         await link.close()
+                if any(link in self.links for link in new):
+                    # Admitted, but its buses were not all reopened: those left open still
+                    # carry the old set (index, peers). Every bus is reopened together
+                    # with the set as it now is (`ensure_up`).
+                    for link in self.links:
+                        link.close_bus()
                 raise
         log.info("controller joined %d backends: %s", len(self.links),
                  ", ".join(f"{x.name}@{x.address}" for x in self.links))
