@@ -10,7 +10,7 @@ import asyncio
 import sqlite3
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 
@@ -23,13 +23,14 @@ from backend.server import BackendServicer
 from backend.store import Store
 from controller.bus import BackendLink
 from controller.coordinator import Coordinator
-from mbds.client import collect
-from mbds.cluster import Proc, _on_old_port
+from mbds.cluster import _on_old_port
 from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.service import CLUSTER_KEY, EPOCH_KEY
 from tests.conftest import CENSUS_YAML
+from tests.test_members_kept import _execute, backend
+from tests.test_membership import _until
 
 COUNT = "RETRIEVE (FILE = Census) (COUNT(CITY))"
 # Five predicates: with four backends the descriptor search is split over all of them.
@@ -37,24 +38,6 @@ SPLIT = ("RETRIEVE ((FILE = Census) and (POP >= 0) and (POP < 5000) and (STATE =
          "and (CITY != nowhere)) (COUNT(CITY))")
 
 
-async def _execute(c: Coordinator, text: str) -> list:
-    return collect([r async for batch in c.execute(text) for r in batch.replies])
-
-
-async def _until(cond: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    try:
-        async with asyncio.timeout(timeout):
-            while not cond():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"no {what} within {timeout:g} s") from None
-
-
-def backend(data: Path, listen: str = "127.0.0.1:0") -> Proc:
-    return Proc(data.name, ["backend", "--listen", listen, "--data-dir", str(data)])
-
-
-# ------------------------------------------------------------------ store --
 def test_a_backend_keeps_one_cluster_id_and_names_it_against_another(tmp_path: Path
                                                                       ) -> None:
     """The cluster's id is kept once: kept again with the same id it stays as it is;
