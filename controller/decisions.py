@@ -8,13 +8,8 @@ that comes back with a prepared unit asks (Hello lists it, the coordinator answe
 with Resolve): a unit logged here commits, any other aborts (presumed abort), and
 an undecided unit still in flight is aborted on the spot so PP cannot commit it
 later. A decision is dropped once every backend it names has forgotten the unit
-(said so on the bus, or no longer lists it at its Hello).
-
-Presumed abort is sound only for a unit this log would hold had it been committed:
-one of an epoch (a controller run's numbering, `Bus.epoch`) this log began. Each
-epoch is recorded here, on disk, before any unit of it can be prepared; a unit of an
-epoch the log never began (its data directory is new, or another one's) is left in
-doubt at its backend, with its locks held, and reported (`outside`), never aborted.
+(said so on the bus, or no longer lists it at its Hello). Presumed abort is sound only
+for the units of the runs this log began (`EpochLog`, controller/epochs.py).
 
 Decisions that come while the log is being written wait and go together in the
 next transaction (group commit); `synchronous` is SQLite's, as on the backends.
@@ -35,28 +30,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from controller.carried import Carried, Row
+from controller.epochs import EpochLog, Key
 from mbds import metrics
-from mbds.errors import shorten
 from mbds.service import TOLD_EVERY
 
 log = logging.getLogger("mbds.controller")
 
-Key = tuple[str, int]       # (epoch, seq)
-
 # Decisions written on the event loop between two checkpoints (each writes a page or
 # two of WAL): about SQLite's own default of 1000 pages.
 CHECKPOINT_EVERY = 500
-
-# In the epochs table of a log made before epochs were recorded: the epochs of its
-# runs until then, which it cannot list (see Decisions.__init__).
-EARLIER_RUNS = "*"
 
 
 class PresumedAborted(Exception):
     """The unit was declared aborted (a backend asked about it) before PP decided."""
 
 
-class Decisions:
+class Decisions(EpochLog):
     def __init__(self, path: Path | None, synchronous: str = "NORMAL") -> None:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,38 +70,14 @@ class Decisions:
             self.conn.execute("CREATE TABLE IF NOT EXISTS decisions (epoch TEXT NOT NULL, "
                               "seq INTEGER NOT NULL, waiting TEXT NOT NULL, "
                               "PRIMARY KEY (epoch, seq))")
-            if "epochs" not in tables:
-                self.conn.execute("CREATE TABLE epochs (epoch TEXT PRIMARY KEY, decided INTEGER)")
-                if "decisions" in tables:
-                    # A log from before epochs were recorded has presumed abort for the
-                    # units of its own runs all along and cannot list those runs: it
-                    # covers the epochs its decisions name, and every other one until
-                    # its first start has met every backend (which resolves what they
-                    # still hold of those runs, as it would have before); refusing them
-                    # at once would leave such units in doubt with no log to settle them.
-                    self.conn.execute("INSERT OR IGNORE INTO epochs "
-                                      "SELECT DISTINCT epoch, NULL FROM decisions")
-                    self.conn.execute("INSERT OR IGNORE INTO epochs VALUES (?, NULL)",
-                                      (EARLIER_RUNS,))
-            elif "decided" not in {c for (_, c, *_) in self.conn.execute(
-                    "PRAGMA table_info(epochs)")}:
-                # The runs before each run's last decision was recorded: NULL, not known.
-                self.conn.execute("ALTER TABLE epochs ADD COLUMN decided INTEGER")
+            self._open_epochs(tables)
             # What each backend told it carried out: a data dir older than that is refused.
             self.carried = Carried(self.conn)
             self.conn.execute("COMMIT")
         except BaseException:
             _roll_back(self.conn)
             raise
-        # The epochs this log began: it holds every commit decided in them. With each,
-        # the highest seq it decided to commit (None: not recorded, a log made before).
-        self.decided: dict[str, int | None] = dict(
-            self.conn.execute("SELECT epoch, decided FROM epochs"))
-        self.epochs = set(self.decided)
-        # Epochs this log is behind in: a backend carried out a commit of one that the
-        # log never decided, so it is an older copy (`heard`), with that backend and seq.
-        self.behind: dict[str, tuple[str, int]] = {}
-        self._reported: dict[str, frozenset[Key]] = {}   # by `outside`, per backend
+        self._load_epochs()
         # Committed units, with the backends that have not yet forgotten them.
         self.logged: dict[Key, set[str]] = {
             (e, s): set(json.loads(w)) for e, s, w in
@@ -125,74 +90,6 @@ class Decisions:
         self._io = ThreadPoolExecutor(1, thread_name_prefix="decision-log")
         self._task = asyncio.create_task(self._flush_loop())
         self._told_task = asyncio.create_task(self._told_loop())
-
-    def begin(self, epoch: str) -> None:
-        """Record `epoch` as this log's, on disk whatever `synchronous` says, before any
-        unit of it goes down a bus: from then on the log answers for its units."""
-        if epoch not in self.epochs:
-            self._synced("INSERT OR IGNORE INTO epochs VALUES (?, 0)", epoch)
-            self.epochs.add(epoch)
-            self.decided[epoch] = 0
-
-    def _synced(self, sql: str, epoch: str) -> None:
-        """A change of the epochs, on disk when it returns (once per run: no decision is
-        being written meanwhile)."""
-        if self.path is not None:
-            self.conn.execute("PRAGMA synchronous=FULL")
-        try:
-            self.conn.execute(sql, (epoch,))
-        finally:
-            if self.path is not None:
-                self.conn.execute(f"PRAGMA synchronous={self.synchronous}")
-
-    def covers(self, key: Key) -> bool:
-        """Whether this log can tell the unit's outcome: it began the unit's epoch, so it
-        holds the decision if the unit was committed (and `outcome` may presume abort),
-        and no backend has carried out a commit of that epoch it never decided."""
-        return (key[0] in self.epochs or EARLIER_RUNS in self.epochs) and \
-            key[0] not in self.behind
-
-    def heard(self, backend: str, committed: Sequence[Key]) -> None:
-        """`backend` has carried out commits up to these seqs in these epochs (its Hello):
-        one past what this log decided in an epoch it began shows the log to be an older
-        copy of itself, which must not presume abort in that epoch."""
-        for epoch, seq in committed:
-            decided = self.decided.get(epoch)
-            if decided is not None and seq > decided and \
-                    seq > self.behind.get(epoch, ("", 0))[1]:
-                self.behind[epoch] = (backend, seq)
-
-    def met_every_backend(self) -> None:
-        """The controller's start has resolved every backend's in-doubt units: a log
-        from before epochs were recorded now covers only the epochs it lists."""
-        if EARLIER_RUNS in self.epochs:
-            self._synced("DELETE FROM epochs WHERE epoch = ?", EARLIER_RUNS)
-            self.epochs.discard(EARLIER_RUNS)
-
-    def outside(self, backend: str, keys: Sequence[Key]) -> str:
-        """Why `backend` stays unavailable: it is in doubt about `keys`, units of epochs
-        this log did not begin. Logged the first time it is said."""
-        (epoch, seq), more = keys[0], len(keys) - 1
-        first = f"epoch {shorten(epoch, 40)}, seq {seq}"
-        units = (f"{len(keys)} in-doubt units ({first}, and {more} more)" if more
-                 else f"in-doubt unit ({first})")
-        where = f" ({shorten(str(self.path), 200)})" if self.path is not None else ""
-        if epoch in self.behind:
-            other, through = self.behind[epoch]
-            why = (f"backend {backend} holds {units} that this controller's decision log"
-                   f"{where} cannot tell the outcome of: backend {other} has carried out "
-                   f"the commit of seq {through} of that epoch, which this log never "
-                   f"decided (it decided up to seq {self.decided[epoch]}), so the log is "
-                   "an older copy of itself; start the controller on its latest --data-dir")
-        else:
-            why = (f"backend {backend} holds {units} that this controller's decision log"
-                   f"{where} does not cover (its --data-dir is new or was replaced): "
-                   f"{'their outcome is' if more else 'its outcome is'} unknown here; "
-                   "start the controller on the --data-dir that made it")
-        if self._reported.get(backend) != frozenset(keys):
-            self._reported[backend] = frozenset(keys)
-            log.error("%s", why)
-        return why
 
     async def commit(self, key: Key, participants: list[str]) -> None:
         """Decide commit: returns once the decision is on disk."""
@@ -297,20 +194,12 @@ class Decisions:
         if backend not in self.carried.by_backend:
             return
         self.carried.forget(backend)
+        forget = "DELETE FROM carried WHERE backend = ?"
         if self.inline:
-            self._forget_rows(backend)
+            self._synced(forget, backend)
         else:
             await asyncio.get_running_loop().run_in_executor(
-                self._io, self._forget_rows, backend)
-
-    def _forget_rows(self, backend: str) -> None:
-        if self.path is not None:
-            self.conn.execute("PRAGMA synchronous=FULL")
-        try:
-            self.conn.execute("DELETE FROM carried WHERE backend = ?", (backend,))
-        finally:
-            if self.path is not None:
-                self.conn.execute(f"PRAGMA synchronous={self.synchronous}")
+                self._io, self._synced, forget, backend)
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -364,17 +253,11 @@ class Decisions:
             Carried.write(conn, told)
             conn.executemany("INSERT OR REPLACE INTO decisions VALUES (?, ?, ?)",
                              [(k[0], k[1], json.dumps(sorted(p))) for k, p, _ in adds])
-            decided: dict[str, int] = {}
-            for (epoch, seq), _, _ in adds:
-                decided[epoch] = max(seq, decided.get(epoch, 0))
-            conn.executemany("UPDATE epochs SET decided = max(decided, ?) WHERE epoch = ?",
-                             [(seq, epoch) for epoch, seq in decided.items()])
+            decided = self._record_decided([key for key, _, _ in adds])
             conn.executemany("DELETE FROM decisions WHERE epoch = ? AND seq = ?",
                              list(drops))
             conn.execute("COMMIT")
-            for epoch, seq in decided.items():
-                if self.decided.get(epoch) is not None:
-                    self.decided[epoch] = max(seq, self.decided[epoch] or 0)
+            self._decided_written(decided)
         except BaseException:
             _roll_back(conn)
             raise

@@ -16,7 +16,8 @@ import pytest
 
 from backend import undo
 from controller.coordinator import Coordinator
-from controller.decisions import EARLIER_RUNS, Decisions
+from controller.decisions import Decisions
+from controller.epochs import EARLIER_RUNS
 from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
 from mbds.service import COMMITTED_RUNS, MAX_EPOCH
@@ -224,7 +225,7 @@ def test_a_hello_resolves_the_units_the_log_covers_and_leaves_the_others_in_doub
         with pytest.raises(BackendUnavailable, match=r"backend b1 holds in-doubt unit "
                            r"\(epoch gone, seq 9\) that this controller's decision log "
                            r"does not cover"):
-            await c.membership._hello(link, 1)  # type: ignore[arg-type]
+            await c.membership.meet.hello(link, 1)  # type: ignore[arg-type]
         # Its own unit is presumed aborted; the other one is not resolved at all.
         [sent] = link.stub.resolved
         assert [(o.unit.epoch, o.unit.seq, o.commit) for o in sent.outcomes] == [
@@ -254,7 +255,7 @@ def test_a_hello_listing_its_commits_beyond_their_bounds_is_refused(
         with pytest.raises(BackendUnavailable, match=r"lists \d+ epochs it committed in "
                            rf"\(at most {COMMITTED_RUNS}\), or one empty or longer than "
                            rf"{MAX_EPOCH} characters"):
-            await c.membership._hello(_Committed(committed), 1)  # type: ignore[arg-type]
+            await c.membership.meet.hello(_Committed(committed), 1)  # type: ignore[arg-type]
         assert not c.decisions.behind
         await c.close()
 
@@ -353,7 +354,7 @@ def test_a_decision_is_kept_while_the_backend_still_lists_its_unit_after_resolve
         link.stub = _StillInDoubt(unit)
         c.membership.members.identify({})      # as `start` does with no backend yet
         with pytest.raises(BackendUnavailable, match="1 units still in doubt"):
-            await c.membership._hello(link, 1)  # type: ignore[arg-type]
+            await c.membership.meet.hello(link, 1)  # type: ignore[arg-type]
         [sent] = link.stub.resolved
         assert [(o.unit.seq, o.commit) for o in sent.outcomes] == [(1, True)]
         assert c.decisions.logged == {unit: {"b1"}}
