@@ -5,7 +5,8 @@ resolves every backend's in-doubt units, reads every backend's directory, takes
 their union as the authoritative one (ids only ever come from IIG, so copies can
 only lag, never disagree) and brings any lagging backend up to date. Placement
 state is rebuilt from the backends' per-cluster record counts. A backend that
-joins later, or rejoins after its bus broke, is met the same way.
+joins later, or rejoins after its bus broke, is met the same way (what is checked of
+it when it is met: `meeting.py`).
 """
 
 from __future__ import annotations
@@ -16,35 +17,19 @@ import logging
 import re
 from collections.abc import AsyncIterator
 
-import grpc
-
 from controller.bus import BackendLink, Bus
 from controller.decisions import Decisions
 from controller.iig import Iig
+from controller.meeting import Meeting
 from controller.members import Members
-from mbds import faults, metrics
+from mbds import faults
 from mbds.directory import Directory
 from mbds.directory_parts import directory_entries, directory_parts
 from mbds.entries import EntryCheck, EntryError
 from mbds.errors import BackendUnavailable, shorten
-from mbds.proto import mbds_pb2 as pb
-from mbds.service import (
-    CLUSTER_KEY,
-    COMMITTED_RUNS,
-    EPOCH_KEY,
-    MAX_BACKEND_NAME,
-    MAX_EPOCH,
-)
+from mbds.service import MAX_BACKEND_NAME
 
 log = logging.getLogger("mbds.controller")
-
-# Reads of a backend's directory before the controller gives up on one that keeps
-# changing between its parts.
-DIRECTORY_READS = 3
-
-
-def _position(p: pb.DirectoryPosition) -> tuple[int, str, int]:
-    return (p.section, p.after_file, p.after_id)
 
 
 def natural_key(name: str) -> list[object]:
@@ -67,6 +52,8 @@ class Membership:
         decisions.begin(bus.epoch)      # on disk before any unit of it is numbered
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        self.meet = Meeting(bus, decisions, self.members, timeout=timeout,
+                            connect_timeout=connect_timeout)
         self._connecting = asyncio.Lock()
         self._failed: tuple[float, str] | None = None    # when and why a reconnection failed
         self._inflight = 0
@@ -92,21 +79,21 @@ class Membership:
                 raise BackendUnavailable(
                     f"backend {shorten(r.name)} names the cluster's backends with a name "
                     f"empty or longer than {MAX_BACKEND_NAME} characters")
-            self._heard(r)          # every backend's commits, before any unit is resolved
+            self.meet.heard(r)          # every backend's commits, before any unit is resolved
         self.members.identify({r.name: r.cluster for r in replies},
                               (n for r in replies if r.cluster for n in r.members))
         for link, reply in zip(self.links, replies, strict=True):
-            self._one_controller(link, reply)
+            self.meet.one_controller(link, reply)
         self.members.keep()             # the cluster's id, before any backend is told it
         await self._join(self.links, every=True)
-        await self._buses_taken(self.links)
+        await self.meet.buses_taken(self.links)
         self.decisions.met_every_backend()
 
     async def _join(self, links: list[BackendLink], every: bool = False) -> None:
         """Admit backends: read their directories and placement counts, order the set
         by name, bring every directory up to date, and (re)open every bus. `every`:
         these are all the backends, which must include each the cluster has had."""
-        reads = await asyncio.gather(*(self._directory_of(link) for link in links))
+        reads = await asyncio.gather(*(self.meet.directory_of(link) for link in links))
         names = [parts[0].name for parts in reads]
         if len(set(names)) != len(names):
             raise BackendUnavailable(f"two backends share a name: {sorted(names)}")
@@ -131,7 +118,7 @@ class Membership:
             # longer answers as it (two live backends of one name would take turns).
             old = next((x for x in self.links if x.name == name and x not in links), None)
             if old is not None:
-                await self._gone(old, next(x for x in links if x.name == name))
+                await self.meet.gone(old, next(x for x in links if x.name == name))
                 self.links.remove(old)
                 await old.close()
         self.members.admit(names)
@@ -146,21 +133,9 @@ class Membership:
             digest = next((parts[0].directory_digest for parts in reads
                            if parts[0].name == link.name), None)
             if digest is None:
-                digest = (await self._hello(link, self.connect_timeout)).directory_digest
+                digest = (await self.meet.hello(link, self.connect_timeout)).directory_digest
             await self._sync(link, digest)
             self.bus.open(link)
-
-    @staticmethod
-    async def _gone(old: BackendLink, new: BackendLink) -> None:
-        """Refuse `new` if the backend of the same name still answers at its old address."""
-        try:
-            reply = await old.stub.Hello(pb.HelloRequest(), timeout=1.0)
-        except grpc.aio.AioRpcError:
-            return
-        if reply.name == old.name:
-            raise BackendUnavailable(
-                f"two backends named {shorten(old.name)} answer, at {old.address} and at "
-                f"{new.address}: each data dir serves as one backend; stop one of them")
 
     async def add_backends(self, addresses: list[str]) -> None:
         """A backend joined (e.g. `--scale backend=4`): admit it between traffic units."""
@@ -173,7 +148,7 @@ class Membership:
             # any traffic unit) opens a bus while the set of backends changes.
             try:
                 await self._join(new)
-                await self._buses_taken(new)
+                await self.meet.buses_taken(new)
             except BaseException:
                 for link in new:        # refused before it was admitted: tried again anew
                     if link not in self.links:
@@ -187,135 +162,6 @@ class Membership:
                 raise
         log.info("controller joined %d backends: %s", len(self.links),
                  ", ".join(f"{x.name}@{x.address}" for x in self.links))
-
-    async def _directory_of(self, link: BackendLink) -> list[pb.DirectoryReply]:
-        """The backend's directory, read part by part (each a message of a few MiB): the
-        parts of one read have one name and one digest, each starts where the one before
-        it said the next would, and the positions only advance. A directory that changed
-        between parts (another digest) is read again from the start."""
-        await self._hello(link, self.connect_timeout)
-        for _ in range(DIRECTORY_READS):
-            start = pb.DirectoryPosition()
-            parts = [await link.directory(start, self.timeout)]
-            while parts[-1].HasField("next"):
-                following = parts[-1].next
-                if following.section > 2 or _position(following) <= _position(start):
-                    raise link.unavailable(
-                        f"its directory's part {len(parts)} names a next position that "
-                        f"does not advance (section {following.section}, "
-                        f"{shorten(repr(following.after_file))}, {following.after_id})")
-                start = following
-                part = await link.directory(start, self.timeout)
-                if (part.name, part.directory_digest) != (parts[0].name,
-                                                          parts[0].directory_digest):
-                    break                   # changed meanwhile: read again
-                parts.append(part)
-            else:
-                return parts
-            log.info("backend %s: its directory changed while it was read; reading it "
-                     "again", link.name)
-        raise link.unavailable(f"its directory changed while it was read, "
-                               f"{DIRECTORY_READS} times")
-
-    async def _hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
-        """Hello, and the backend's in-doubt units resolved before it serves anything."""
-        reply = await link.hello(timeout)
-        self._admitted(link, reply)
-        self._heard(reply)
-        await self._not_older(link, reply)
-        units = [(u.epoch, u.seq) for u in reply.in_doubt]
-        self.decisions.settled(reply.name, set(units))
-        # Presumed abort only where the log would hold a commit: a unit of an epoch it
-        # did not begin stays in doubt (its locks held) and the backend unavailable.
-        unknown = [k for k in units if not self.decisions.covers(k)]
-        units = [k for k in units if self.decisions.covers(k)]
-        if not units and not unknown:
-            return reply
-        if units:
-            outcomes = [pb.Outcome(unit=pb.UnitId(epoch=e, seq=s),
-                                   commit=await self.decisions.outcome((e, s)))
-                        for e, s in units]
-            try:
-                reply = await link.stub.Resolve(pb.Outcomes(outcomes=outcomes),
-                                                timeout=self.timeout, metadata=link.metadata)
-            except grpc.aio.AioRpcError as e:
-                raise link.unavailable(f"resolving its in-doubt units: {e.details()}") from None
-            still = {(u.epoch, u.seq) for u in reply.in_doubt}   # e.g. its disk is full
-            for o in outcomes:
-                metrics.IN_DOUBT_RESOLVED.labels("commit" if o.commit else "abort",
-                                                 link.name).inc()
-                if o.commit and (o.unit.epoch, o.unit.seq) not in still:
-                    self.decisions.forgotten((o.unit.epoch, o.unit.seq), link.name)
-            log.info("backend %s: %d in-doubt units resolved (%d committed)", link.name,
-                     len(outcomes), sum(o.commit for o in outcomes))
-        if unknown:
-            raise BackendUnavailable(self.decisions.outside(link.name, unknown))
-        if reply.in_doubt:
-            raise link.unavailable(f"{len(reply.in_doubt)} units still in doubt")
-        return reply
-
-    def _heard(self, reply: pb.HelloReply) -> None:
-        """The decision log learns how far the backend has carried out commits (it tells
-        a log restored from an older copy); the list is checked for its bounds first."""
-        for listed in (reply.committed, reply.carried):
-            if len(listed) > COMMITTED_RUNS or any(
-                    not 0 < len(u.epoch) <= MAX_EPOCH for u in listed):
-                raise BackendUnavailable(
-                    f"backend {shorten(reply.name)} lists {len(listed)} epochs it "
-                    f"committed in (at most {COMMITTED_RUNS}), or one empty or longer than "
-                    f"{MAX_EPOCH} characters")
-        self.decisions.heard(reply.name, [(u.epoch, u.seq) for u in reply.committed])
-
-    async def _not_older(self, link: BackendLink, reply: pb.HelloReply) -> None:
-        """Refuse a backend that holds less than it told it carried out (`carried.py`);
-        one that holds no data of the cluster (admitted as new) starts anew."""
-        if not reply.cluster:
-            await self.decisions.let_go(link.name)
-            return
-        why = self.decisions.carried.older(link.name, [(u.epoch, u.seq) for u in reply.carried])
-        if why:
-            raise BackendUnavailable(f"backend {link.name} ({link.address}): {why}")
-
-    def _admitted(self, link: BackendLink, reply: pb.HelloReply) -> None:
-        """Refuse a backend of another cluster, or one serving another controller's bus;
-        else name this cluster and epoch in every call to it from now on."""
-        if not self.members.cluster:    # a join before `start` settled it: none to name
-            raise BackendUnavailable("the controller is starting: it has not yet met "
-                                     "its backends")
-        self.members.check(f"{link.name} ({link.address})", reply.cluster)
-        self.members.check_kept(link.name, link.address, reply.cluster)
-        if reply.cluster:
-            self.members.serving(link.name)
-        self._one_controller(link, reply)
-        link.metadata = ((CLUSTER_KEY, self.members.cluster), (EPOCH_KEY, self.bus.epoch))
-
-    async def _buses_taken(self, links: list[BackendLink]) -> None:
-        """Wait until each of `links` serves this controller's bus, holding the cluster's
-        id. Two controllers started at once can both pass the hello, before either has a
-        bus open; a backend takes one bus only, and the controller it refused must not
-        start as if it served."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.connect_timeout
-        for link in links:
-            while True:
-                reply = await link.hello(self.connect_timeout)
-                self._one_controller(link, reply)
-                if reply.bus_epoch == self.bus.epoch and reply.cluster:
-                    self.members.serving(link.name)
-                    break
-                if not link.up:          # refused: the bus's error says why
-                    raise link.unavailable()
-                if loop.time() > deadline:
-                    raise link.unavailable("its bus did not open")
-                await asyncio.sleep(0.01)
-
-    def _one_controller(self, link: BackendLink, reply: pb.HelloReply) -> None:
-        """Refuse a backend that serves another controller's bus."""
-        if reply.bus_epoch and reply.bus_epoch != self.bus.epoch:
-            raise BackendUnavailable(
-                f"backend {link.name} ({link.address}) serves the bus of another controller "
-                f"(epoch {shorten(reply.bus_epoch, 40)}): a cluster has one controller at a "
-                "time; stop that one first")
 
     async def _sync(self, link: BackendLink, digest: str) -> None:
         """A backend whose directory differs gets the whole of it, in parts of a few MiB
@@ -340,7 +186,7 @@ class Membership:
                 for link in self.links:
                     if link.up:
                         continue
-                    reply = await self._hello(link, min(2.0, self.connect_timeout))
+                    reply = await self.meet.hello(link, min(2.0, self.connect_timeout))
                     await self._sync(link, reply.directory_digest)
                     self.bus.open(link)
                     log.info("backend %s rejoined", link.name)

@@ -1,7 +1,7 @@
 """A directory larger than a gRPC message (64 MiB, `MAX_MESSAGE`): it travels between the
 controller and the backends in parts of a few MiB each (backend/server.py `Directory`,
-controller/membership.py `_directory_of` and `_sync`), so a cluster that holds one
-starts again, and a backend that lost its copy gets the whole of it back."""
+controller/meeting.py `directory_of`, controller/membership.py `_sync`), so a cluster
+that holds one starts again, and a backend that lost its copy gets the whole of it back."""
 
 from __future__ import annotations
 
