@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import NoReturn
 
@@ -10,8 +11,17 @@ import click
 from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
 
+
+def port_in_range(ctx: click.Context | None, param: click.Parameter | None,
+                  address: str) -> str:
+    """HOST:PORT with a port gRPC can reach: it would take 99999 as 99999 mod 65536."""
+    if (m := re.search(r":(\d+)$", address)) and not 1 <= int(m[1]) <= 65535:
+        raise click.BadParameter(f"{address}: the port must be 1 to 65535")
+    return address
+
+
 controller_option = click.option(
-    "--controller", default=DEFAULT_CONTROLLER, show_default=True,
+    "--controller", default=DEFAULT_CONTROLLER, show_default=True, callback=port_in_range,
     help="Controller address HOST:PORT (env MBDS_CONTROLLER).")
 
 split_search_option = click.option(

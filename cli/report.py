@@ -23,7 +23,7 @@ def report() -> None:
 @report.command("handlers")
 @controller_option
 @click.option("--request", "request", type=click.IntRange(1, len(P.REQUESTS)), default=1,
-              show_default=True, help="The paper's request to run (SPEC §5).")
+              show_default=True, help="The paper's request to run (docs/benchmarks.md).")
 @click.option("--runs", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Scale k of the loaded paper database.")

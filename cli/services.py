@@ -162,8 +162,9 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
 
 
 @click.command()
-@click.option("--backends", "n", type=int, default=2, show_default=True)
-@click.option("--port", type=int, default=50051, show_default=True)
+@click.option("--backends", "n", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=50051, show_default=True,
+              help="The controller's client port (0: a free one).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA_DIR,
               show_default=True)
 @click.option("--internal-timing", type=click.Choice(["on", "off"]), default="on",

@@ -50,6 +50,12 @@ def records(scale: int = 1, multi: int = 1, record_bytes: int = 200
             yield [i, i, name, *([pad] * 30)], None
 
 
+def held(client: Client) -> int:
+    """How many records the file holds (it is defined)."""
+    r = client.execute(f"RETRIEVE (FILE = {FILE}) (COUNT(INTE1))")[0]
+    return int(r.records[0]["COUNT(INTE1)"] or 0) if r.records else 0
+
+
 def load(client: Client, scale: int = 1, multi: int = 1, record_bytes: int = 200,
          advance: Callable[[int], object] | None = None) -> None:
     """Define the file and load its records through `client` (the benchmarks' set-up);

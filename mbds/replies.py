@@ -49,6 +49,9 @@ def _error(e: grpc.RpcError) -> ClientError:
         # What a port serving TLS does to a plaintext connection, in gRPC's words.
         details += (" (if the controller serves TLS, the client needs the cluster's CA: "
                     "--ca or env MBDS_CA)")
+    elif e.code() == grpc.StatusCode.UNAVAILABLE and details.endswith("Connection refused"):
+        details += (" (is a controller running there? `mbds up` starts one; --controller "
+                    "or env MBDS_CONTROLLER gives another address)")
     return ClientError(e.code().name, details)
 
 

@@ -107,6 +107,9 @@ class ListenError(Exception):
 def listen_on(server: grpc.aio.Server, address: str, what: str,
               credentials: grpc.ServerCredentials | None = None) -> int:
     """Bind `address` (TLS with `credentials`, else plaintext); the port bound."""
+    port = address.rpartition(":")[2]
+    if port.isdigit() and int(port) > 65535:   # gRPC would bind it modulo 65536
+        raise ListenError(f"{what} cannot listen on {address}: a port is at most 65535")
     try:
         return (server.add_secure_port(address, credentials) if credentials is not None
                 else server.add_insecure_port(address))

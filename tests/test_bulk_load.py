@@ -24,6 +24,7 @@ from cli.database import load_progress, track_load
 from cli.main import main as cli
 from controller import load
 from controller.iig import Iig
+from loadgen import paper_db
 from mbds import columns
 from mbds.client import ClientError
 from mbds.directory import Directory
@@ -449,9 +450,16 @@ def test_mbds_load_paper_shows_its_progress(cluster_factory) -> None:
                                    "--chunk", "300", "--progress"])
     assert run.exit_code == 0, run.output
     assert "1000/1000" in run.stderr and "loaded 1000 records into PAPER" in run.stdout
+    again = CliRunner().invoke(cli, ["load", "paper", "--controller", r.cluster.address])
+    assert again.exit_code == 1 and (
+        "error: file PAPER already holds 1,000 records: a second load would add 1,000 more, "
+        "and Table 2 counts those of one load; load into a cluster started on an empty "
+        "--data-dir, or give --append") in again.stderr, again.output
+    assert paper_db.held(r.client) == 1000
     quiet = CliRunner().invoke(cli, ["load", "paper", "--controller", r.cluster.address,
-                                     "--no-progress"])
+                                     "--no-progress", "--append"])
     assert quiet.exit_code == 0 and "/1000" not in quiet.stderr
+    assert paper_db.held(r.client) == 2000
 
 
 def test_mbds_bench_load_prints_each_rate_and_their_ratio() -> None:

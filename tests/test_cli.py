@@ -83,6 +83,9 @@ def test_up_exec_define_load_table2_and_clean_stop(tmp_path: Path) -> None:
         rows = [json.loads(line) for line in r.stdout.splitlines()]
         assert [x["clusters_examined"] for x in rows] == [2, 7, 13, 24, 9, 19, 10, 15, 19]
         assert all(x["match"] for x in rows)
+        r = mbds("paper", "table2", "--controller", up.addr, "--json", "--multi", "2")
+        assert r.returncode == 1 and "the counts differ from the paper's: was the database " \
+            "loaded once, with `mbds load paper --scale 1 --multi 2`?" in r.stderr, r.stderr
         r = mbds("status", "--controller", up.addr)
         assert r.returncode == 0 and "b0" in r.stdout and "b1" in r.stdout
         kept = json.loads((tmp_path / "data" / "controller" / "members.json").read_text())
@@ -251,3 +254,27 @@ def test_a_metrics_port_in_use_is_named_without_a_traceback(tmp_path: Path) -> N
     assert "Traceback" not in r.stderr
     r = mbds("up", "--metrics-port", "65535", "--data-dir", str(tmp_path / "u"))
     assert r.returncode == 2 and "must be at most 65535" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["up", "--port", "99999"], "'--port': 99999 is not in the range 0<=x<=65535"),
+    (["up", "--backends", "0"], "'--backends': 0 is not in the range x>=1"),
+    (["exec", "--controller", "127.0.0.1:99999", "RETRIEVE (FILE = F) (A)"],
+     "'--controller': 127.0.0.1:99999: the port must be 1 to 65535"),
+    (["controller", "--listen", "127.0.0.1:70000", "--backends", "127.0.0.1:1",
+      "--data-dir", "{tmp}"], "cannot listen on 127.0.0.1:70000: a port is at most 65535")])
+def test_a_port_out_of_range_is_refused_by_name(tmp_path: Path, args: list[str],
+                                                says: str) -> None:
+    """gRPC would take port 99999 as 99999 mod 65536 (34463) without a word."""
+    r = mbds(*(a.replace("{tmp}", str(tmp_path)) for a in args))
+    assert r.returncode != 0 and says in r.stderr, r.stderr
+
+
+def test_no_controller_at_the_address_says_how_to_start_one() -> None:
+    with socket.socket() as held:      # bound, never listening: connections are refused
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        r = mbds("exec", "--controller", f"127.0.0.1:{port}", "RETRIEVE (FILE = F) (A)")
+    assert r.returncode == 1 and "Connection refused (is a controller running there? " \
+        "`mbds up` starts one; --controller or env MBDS_CONTROLLER gives another address)" \
+        in r.stderr, r.stderr
