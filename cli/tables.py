@@ -26,6 +26,12 @@ def render_result(r: Result, *, max_rows: int = 200) -> None:
             console.print(f"… {len(r.records) - max_rows} more records (use --json for all)")
     per = ", ".join(f"{b['backend']}: {b['records']} in {b['elapsed_ms']:.1f} ms"
                     for b in s.get("backends", []))
-    console.print(f"{r.op}: {s.get('records_retrieved', 0)} records, "
-                  f"{s.get('clusters_examined', 0)} clusters examined, "
-                  f"{r.elapsed_ms:.1f} ms  [{per}]", style="dim")
+    # markup=False: the brackets are text, not a style for rich to swallow.
+    console.print(f"{r.op}: {_count(s.get('records_retrieved', 0), 'record')}, "
+                  f"{_count(s.get('clusters_examined', 0), 'cluster')} examined, "
+                  f"{r.elapsed_ms:.1f} ms" + (f"  [{per}]" if per else ""),
+                  style="dim", markup=False, highlight=False, soft_wrap=True)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

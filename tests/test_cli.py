@@ -72,7 +72,7 @@ def test_up_exec_define_load_table2_and_clean_stop(tmp_path: Path) -> None:
         assert set(ret["stats"]["backends"][0]) == {"backend", "records", "elapsed_ms"}
         # The readable table names the columns and the statistics.
         r = mbds("exec", "--controller", up.addr, "RETRIEVE (FILE = Census) (CITY, POP)")
-        assert r.returncode == 0 and "Monterey" in r.stdout and "clusters examined" in r.stdout
+        assert r.returncode == 0 and "Monterey" in r.stdout and "1 cluster examined" in r.stdout
         # Errors: stderr and a non-zero exit.
         r = mbds("exec", "--controller", up.addr, "RETRIEVE (FILE = Nope) (X)")
         assert r.returncode != 0 and "unknown file NOPE" in r.stderr and r.stdout == ""
@@ -278,3 +278,24 @@ def test_no_controller_at_the_address_says_how_to_start_one() -> None:
     assert r.returncode == 1 and "Connection refused (is a controller running there? " \
         "`mbds up` starts one; --controller or env MBDS_CONTROLLER gives another address)" \
         in r.stderr, r.stderr
+
+
+def test_a_result_line_counts_in_words_and_shows_each_backend(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its per-backend part is shown as text (rich would read `[b0: …]` as a style)."""
+    from cli import tables
+    from mbds.client import Result
+    monkeypatch.setattr(tables.console, "width", 200)
+    backends = [{"backend": "b0", "records": 1, "elapsed_ms": 2.0},
+                {"backend": "b1", "records": 0, "elapsed_ms": 1.25}]
+    tables.render_result(Result("INSERT", [], stats={
+        "records_retrieved": 1, "clusters_examined": 1, "backends": backends[:1]},
+        elapsed_ms=5.9))
+    tables.render_result(Result("DELETE", [], stats={
+        "records_retrieved": 0, "clusters_examined": 2, "backends": backends},
+        elapsed_ms=3.0))
+    tables.render_result(Result("UPDATE", [], elapsed_ms=1.0))
+    assert capsys.readouterr().out.splitlines() == [
+        "INSERT: 1 record, 1 cluster examined, 5.9 ms  [b0: 1 in 2.0 ms]",
+        "DELETE: 0 records, 2 clusters examined, 3.0 ms  [b0: 1 in 2.0 ms, b1: 0 in 1.2 ms]",
+        "UPDATE: 0 records, 0 clusters examined, 1.0 ms"]
