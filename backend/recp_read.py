@@ -11,6 +11,7 @@ group crosses the network.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
@@ -22,7 +23,7 @@ from backend.plan import FilePlan, RequestPlan
 from backend.store import as_json, col, table
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema
-from mbds.values import to_pb
+from mbds.values import LOW_32, to_pb
 
 # The most rows in one RowBatch this backend sends to PP. gRPC's cost is per message,
 # so fewer, larger batches cut the CPU per row here, at PP and at the client.
@@ -262,8 +263,6 @@ def _pages(conn: sqlite3.Connection, plan: FilePlan, select: str, sparams: list[
 # request on a wide file (up to five aggregates of each of 258 names) may need more
 # statements than one.
 MAX_COLUMNS = 2000
-LOW_32 = 0xFFFFFFFF
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 ITEMS_PER_STATEMENT = (MAX_COLUMNS - 2) // 4
 
 
@@ -323,14 +322,19 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
         to_pb(row[0], g.key)
         for j in range(len(items)):
             s, n, least, most = row[2 + 4 * j: 6 + 4 * j]
+            low = None
             if j in halved:       # (the low half's sum came where a MIN would)
-                s, least = (None if s is None else (s << 32) + least), None
-                if s is not None and not INT64_MIN <= s <= INT64_MAX:
-                    raise OverflowError(f"SUM({items[j][0]}): a sum beyond 64-bit integers")
+                low, least = least, None
+            elif type(s) is float and not math.isfinite(s):
+                # The stored values are finite: their sum is not.
+                raise OverflowError(f"{items[j][1]}({items[j][0]}): a sum beyond the range "
+                                    "of a double")
             to_pb(s, g.sums.add())
             g.counts.append(n)
             to_pb(least, g.mins.add())
             to_pb(most, g.maxs.add())
+            if halved:
+                to_pb(low, g.sum_lows.add())
         # Groups travel together up to a row batch's bounds; a large one (the MAX of a
         # large body) goes in a message of its own.
         n = g.ByteSize()

@@ -28,7 +28,7 @@ from mbds import metrics
 from mbds.errors import SemanticError, TrafficUnitAborted, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.service import MESSAGE_BUDGET, too_large
-from mbds.values import INT64_MAX, INT64_MIN, describe, from_pb
+from mbds.values import INT64_MAX, INT64_MIN, LOW_32, describe, from_pb
 
 REPLY_BATCH_ROWS = 1000  # rows in each batch PP builds itself (aggregates, joins)
 REPLY_BATCH_BYTES = 1 << 20   # …and about this much JSON, as a backend's batches
@@ -68,6 +68,17 @@ class _Aggregates:
             kind = v.WhichOneof("v")
             if kind == "s" or (kind == "f" and not math.isfinite(v.f)):
                 return f"a partial group whose sum is {describe(from_pb(v))}"
+        if g.sum_lows:
+            if len(g.sum_lows) != n:
+                return f"a partial group of {len(g.sum_lows)} low sums for {n} aggregates"
+            for high, low, count in zip(g.sums, g.sum_lows, g.counts, strict=True):
+                kind = low.WhichOneof("v")
+                if kind is None:
+                    continue
+                if kind != "i" or high.WhichOneof("v") != "i" or \
+                        not 0 <= low.i <= count * LOW_32:
+                    return (f"a partial group whose low sum is {_shown(low)} beside a sum "
+                            f"of {_shown(high)} over {count} values")
         if not self.p.by and g.HasField("key") and g.key.WhichOneof("v") is not None:
             return "a partial group with a BY key for a request without BY"
         return ""
@@ -75,8 +86,11 @@ class _Aggregates:
     def add(self, g: pb.PartialGroup) -> None:
         acc = self.groups.setdefault(from_pb(g.key), [[None, 0, None, None]
                                                        for _ in self.p.aggregates])
+        lows = g.sum_lows
         for j, a in enumerate(acc):
             s, lo, hi = from_pb(g.sums[j]), from_pb(g.mins[j]), from_pb(g.maxs[j])
+            if lows and lows[j].WhichOneof("v") is not None:
+                s = (g.sums[j].i << 32) + lows[j].i     # exact: only the total must fit
             if s is not None:
                 a[0] = s if a[0] is None else a[0] + s
             a[1] += g.counts[j]
@@ -93,16 +107,23 @@ class _Aggregates:
             finals = {}
             for (agg, attr), (s, n, lo, hi) in zip(self.p.aggregates, groups[key], strict=True):
                 if agg == "SUM" and type(s) is int and not INT64_MIN <= s <= INT64_MAX:
-                    # As a backend's own sum would: the partial sums fit, their total not.
                     raise TrafficUnitAborted(f"SUM({attr}): a sum beyond 64-bit integers")
+                if agg in ("SUM", "AVG") and type(s) is float and not math.isfinite(s):
+                    # Each backend's part fits a double, their total not.
+                    raise TrafficUnitAborted(
+                        f"{agg}({attr}): a sum beyond the range of a double")
                 finals[f"{agg}({attr})"] = (s / n if n else None) if agg == "AVG" else \
                     {"SUM": s, "COUNT": n, "MIN": lo, "MAX": hi}[agg]
             out.append([key if c == self.p.by else finals[c] for c in self.p.columns])
         return out
 
 
+def _shown(v: pb.Value) -> str:
+    return "null" if v.WhichOneof("v") is None else describe(from_pb(v))
+
+
 def _dumps(row: list[Any]) -> str:
-    return json.dumps(row, separators=(",", ":"))
+    return json.dumps(row, separators=(",", ":"), allow_nan=False)   # strict JSON only
 
 
 def _joined(left: str, right: str) -> str:

@@ -10,6 +10,7 @@ Value = Scalar | None             # … or null (a missing keyword)
 
 # Integers are what the wire (sint64) and SQLite hold: signed 64-bit.
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+LOW_32 = 0xFFFFFFFF      # an integer's low 32 bits (an integer SUM comes in two halves)
 INT64_RANGE = f"integers are signed 64-bit, from {INT64_MIN} to {INT64_MAX}"
 
 

@@ -31,6 +31,7 @@ from tests.conftest import CENSUS_YAML
 from tests.inproc import census_iig
 
 COUNT = "RETRIEVE (FILE = Census) (COUNT(CITY))"
+SUMMED = "RETRIEVE (FILE = Census) (SUM(POP))"
 CITIES = "RETRIEVE (FILE = Census) (CITY)"
 
 
@@ -495,6 +496,8 @@ MISFITS = {
     "a partial group whose sum is string 'lots'": (COUNT, string_sum),
     "a partial group whose sum is float inf":
         (COUNT, lambda r: setattr(r.groups.groups[0].sums[0], "f", float("inf"))),
+    "a partial group of 2 low sums for 1 aggregates":
+        (SUMMED, lambda r: r.groups.groups[0].sum_lows.add().CopyFrom(pb.Value(i=0))),
     "a partial group with a BY key for a request without BY":
         (COUNT, lambda r: setattr(r.groups.groups[0].key, "s", "k")),
     "rows for request 0, a RETRIEVE with aggregates": (COUNT, rows_not_group),

@@ -178,9 +178,9 @@ def test_aggregates_and_groups_of_file_body_and_attributes_a_file_lacks(
 
 def test_sums_beyond_64_bits_are_refused_alike_and_other_aggregates_answer(
         census: Running) -> None:
-    """A SUM beyond 64-bit integers is refused with the same words whether one backend's
-    sum overflows or only the total does; COUNT, MIN and MAX of the same records do not
-    sum them, and AVG (a float) sums as one."""
+    """A SUM whose total is beyond 64-bit integers is refused with the same words with
+    and without BY; COUNT, MIN and MAX of the same records do not sum them, and AVG (a
+    float) sums as one."""
     c = census.client
     top = 2 ** 63 - 1
     c.define("files:\n  BIGS:\n    attributes: {N: integer, G: string}\n")
@@ -199,9 +199,9 @@ def test_sums_beyond_64_bits_are_refused_alike_and_other_aggregates_answer(
 
 def test_a_sum_that_fits_is_answered_whatever_the_order_of_its_records(
         census: Running) -> None:
-    """Only the total and each backend's part must fit in 64 bits: SQLite's running sum
-    of 2^63 - 1, then ones, then minus ones, leaves the range on the way, and the same
-    records in another order would not."""
+    """Only the total must fit in 64 bits: SQLite's running sum of 2^63 - 1, then ones,
+    then minus ones, leaves the range on the way, and the same records in another order
+    would not."""
     c = census.client
     top = 2 ** 63 - 1
     c.define("files:\n  ORDERED:\n    attributes: {N: integer, G: string}\n")
@@ -360,3 +360,35 @@ def test_each_cluster_is_spread_and_averages_weigh_every_record(census: Running)
     assert res.records == [{"AVG(V)": 7.0, "SUM(V)": 35, "COUNT(V)": 5}]
     assert sorted(b["records"] for b in res.stats["backends"]) == sorted(
         len(values[i::n]) for i in range(n))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_an_integer_sum_is_answered_alike_on_any_number_of_backends(
+        cluster_factory, n: int) -> None:
+    """A backend's part may leave 64 bits where the total does not (on three backends,
+    one holds 2^63 - 1 and 1): each part comes exactly, so the answer does not depend on
+    how many backends there are or where the records are."""
+    c = cluster_factory(n).client
+    top, bottom = 2**63 - 1, -2**63
+    c.define("files:\n  PARTS:\n    attributes: {K: integer}\n")
+    c.execute("[" + "; ".join(f"INSERT (<FILE, Parts>, <K, {v}>)"
+                              for v in (top, top, bottom, bottom, 1, 1)) + "]")
+    [res] = c.execute("RETRIEVE (FILE = Parts) (SUM(K), COUNT(K))")
+    assert res.records == [{"SUM(K)": 0, "COUNT(K)": 6}]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_float_sum_beyond_a_double_is_refused_on_any_number_of_backends(
+        cluster_factory, n: int) -> None:
+    """Whether one backend's part or only the total leaves a double's range, SUM and AVG
+    are refused naming the item (as PostgreSQL refuses them), never answered as inf."""
+    c = cluster_factory(n).client
+    c.define("files:\n  HUGE:\n    attributes: {V: float}\n")
+    c.execute("[INSERT (<FILE, Huge>, <V, 1e308>); INSERT (<FILE, Huge>, <V, 1e308>)]")
+    for item in ("SUM(V)", "AVG(V)"):
+        with pytest.raises(ClientError) as err:
+            c.execute(f"RETRIEVE (FILE = Huge) ({item}, MAX(V))")
+        assert err.value.code == "ABORTED"
+        assert str(err.value).endswith(f"{item}: a sum beyond the range of a double"), err.value
+    [res] = c.execute("RETRIEVE (FILE = Huge) (MAX(V), COUNT(V))")
+    assert res.records == [{"MAX(V)": 1e308, "COUNT(V)": 2}]

@@ -135,6 +135,6 @@ def test_recp_reads_the_targets_the_plan_names() -> None:
     assert sorted(r for b in recp_read.read(conn, 0, rp) for r in json.loads(b.rows.rows_json)
                   ) == [[25, "Monterey"], [2000, "Carmel"]]
     [rp] = plan(d, "RETRIEVE (FILE = Census) (SUM(POP), MAX(CITY)) BY STATE")
-    got = {from_pb(g.key): (from_pb(g.sums[0]), from_pb(g.maxs[1]))
+    got = {from_pb(g.key): ((g.sums[0].i << 32) + g.sum_lows[0].i, from_pb(g.maxs[1]))
            for r in recp_read.read(conn, 0, rp) for g in r.groups.groups}
     assert got == {"CA": (2025, "Monterey"), "NY": (9000, "Albany")}

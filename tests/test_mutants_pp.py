@@ -367,3 +367,77 @@ def test_a_row_no_message_can_carry_is_refused_naming_its_size() -> None:
         f"a row of request 5's answer is {MESSAGE_BUDGET + 1:,} bytes, more than a message "
         f"may carry ({MESSAGE_BUDGET:,} bytes of the {MAX_MESSAGE >> 20} MiB gRPC message "
         "limit, MAX_MESSAGE)")
+
+
+def halves(values: list[int]) -> tuple[int, int]:
+    """An integer SUM's part as a backend sends it: the sums of the high and the low 32
+    bits of its values."""
+    return sum(v >> 32 for v in values), sum(v & 0xFFFFFFFF for v in values)
+
+
+def with_lows(g: pb.PartialGroup, lows: list[int | None]) -> pb.PartialGroup:
+    for low in lows:
+        to_pb(low, g.sum_lows.add())
+    return g
+
+
+def test_an_integer_sum_in_halves_joins_exactly_and_only_the_total_must_fit() -> None:
+    """One backend's part beyond 64 bits (2^63 - 1 and 1) and another's (-2) make a
+    total that fits: answered, whatever the parts; a total beyond is refused."""
+    big = 2**63 - 1
+    p = prepared("RETRIEVE (FILE = Census) (COUNT(POP), SUM(POP)) BY STATE")
+    for parts, total in (([[big, 1], [-2]], big - 1), ([[-big - 1], [-1, -2, 2]], -big - 2)):
+        merged = pp._Aggregates(p)
+        for values in parts:
+            high, low = halves(values)
+            g = with_lows(group([None, high], [len(values)] * 2, len(values), "CA"),
+                          [None, low])
+            assert merged.fault(g) == ""
+            merged.add(g)
+        if -2**63 <= total < 2**63:
+            assert merged.rows() == [["CA", sum(map(len, parts)), total]]
+        else:
+            with pytest.raises(TrafficUnitAborted) as e:
+                merged.rows()
+            assert str(e.value) == "SUM(POP): a sum beyond 64-bit integers"
+
+
+@pytest.mark.parametrize("sums, lows, counts, why", [
+    ([7, 2.5], [0], [1, 1], "a partial group of 1 low sums for 2 aggregates"),
+    ([0, 2.5], [-1, None], [1, 1],
+     "a partial group whose low sum is integer -1 beside a sum of integer 0 over 1 values"),
+    ([0, 2.5], [0xFFFFFFFF + 1, None], [1, 1],
+     "a partial group whose low sum is integer 4294967296 beside a sum of integer 0 over "
+     "1 values"),
+    ([2.5, 2.5], [3, None], [1, 1],
+     "a partial group whose low sum is integer 3 beside a sum of float 2.5 over 1 values"),
+    ([None, 2.5], [3, None], [1, 1],
+     "a partial group whose low sum is integer 3 beside a sum of null over 1 values"),
+    ([3, 2.5], [None, 3], [1, 1],
+     "a partial group whose low sum is integer 3 beside a sum of float 2.5 over 1 values"),
+    ([3, 2.5], [2.5, None], [1, 1],
+     "a partial group whose low sum is float 2.5 beside a sum of integer 3 over 1 values"),
+    ([0, 2.5], [0xFFFFFFFF, None], [1, 1], ""),
+    ([-1, 2.5], [2 * 0xFFFFFFFF, None], [2, 2], ""),
+    ([None, 2.5], [None, None], [0, 1], ""),
+])
+def test_a_low_sum_that_does_not_fit_its_sum_is_refused(
+        sums: list, lows: list, counts: list[int], why: str) -> None:
+    a = pp._Aggregates(prepared(SUM_AVG))
+    assert a.fault(with_lows(group(sums, counts, 2), lows)) == why
+
+
+@pytest.mark.parametrize("text, item", [(SUM_AVG, "AVG(AREA)"),
+                                        ("RETRIEVE (FILE = Census) (SUM(AREA))", "SUM(AREA)")])
+def test_a_float_sum_beyond_a_double_is_refused_naming_its_item(text: str, item: str) -> None:
+    """Each backend's part fits a double, their total not: refused (as PostgreSQL does),
+    never answered as infinity."""
+    merged = pp._Aggregates(prepared(text))
+    sums = [None, 1.5e308] if text == SUM_AVG else [1.5e308]
+    for _ in range(2):
+        g = group(sums, [1] * len(sums), 1)
+        assert merged.fault(g) == ""
+        merged.add(g)
+    with pytest.raises(TrafficUnitAborted) as e:
+        merged.rows()
+    assert str(e.value) == f"{item}: a sum beyond the range of a double"

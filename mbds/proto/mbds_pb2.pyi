@@ -519,20 +519,22 @@ class BackendReplies(_message.Message):
     def __init__(self, replies: _Optional[_Iterable[_Union[BackendReply, _Mapping]]] = ...) -> None: ...
 
 class PartialGroup(_message.Message):
-    __slots__ = ("key", "sums", "counts", "mins", "maxs", "records")
+    __slots__ = ("key", "sums", "counts", "mins", "maxs", "records", "sum_lows")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SUMS_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     MINS_FIELD_NUMBER: _ClassVar[int]
     MAXS_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SUM_LOWS_FIELD_NUMBER: _ClassVar[int]
     key: Value
     sums: _containers.RepeatedCompositeFieldContainer[Value]
     counts: _containers.RepeatedScalarFieldContainer[int]
     mins: _containers.RepeatedCompositeFieldContainer[Value]
     maxs: _containers.RepeatedCompositeFieldContainer[Value]
     records: int
-    def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., sums: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., counts: _Optional[_Iterable[int]] = ..., mins: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., maxs: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., records: _Optional[int] = ...) -> None: ...
+    sum_lows: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, key: _Optional[_Union[Value, _Mapping]] = ..., sums: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., counts: _Optional[_Iterable[int]] = ..., mins: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., maxs: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., records: _Optional[int] = ..., sum_lows: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
 
 class PartialGroups(_message.Message):
     __slots__ = ("groups",)
