@@ -11,6 +11,7 @@ may send next (`Inbox.deliver`); one it may not send fails the unit at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
@@ -20,6 +21,8 @@ from mbds import faults
 from mbds.errors import DeadlineExceeded, TrafficUnitAborted
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
+
+log = logging.getLogger("mbds.controller")
 
 
 class Link(Protocol):
@@ -301,7 +304,12 @@ class Inbox:
             self._abort_now(f"no commit decision: {e}")
             raise BackendFailure(voted[0], TrafficUnitAborted(
                 f"traffic unit aborted: no commit decision: {e}")) from None
-        faults.hit("controller.after_decision")
+        try:
+            faults.hit("controller.after_decision")
+        except Exception as e:
+            # Decided: the unit commits whatever fails after the decision, or every voter
+            # would hold its locks until the controller restarted.
+            log.error("after the commit decision of traffic unit %d: %s", self.seq, e)
         for i, link in enumerate(voted):
             if link.up:            # one that is not resolves the unit when it rejoins
                 link.send(pb.BusMessage(commit=pb.Commit(seq=self.seq)))

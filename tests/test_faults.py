@@ -154,6 +154,26 @@ def test_a_controller_crashing_after_its_decision_commits_the_unit_on_its_return
     assert prepared_left(r) == NOWHERE
 
 
+def test_an_error_after_the_decision_still_commits_the_unit_everywhere(cluster_factory
+                                                                        ) -> None:
+    """Anything that fails once the decision is on disk (the point's `error`) is logged,
+    and Commit still goes to every backend: the client is told the unit committed, it is
+    everywhere, and no backend holds its locks (the next request is answered)."""
+    r = cluster_factory(3)
+    r.client.define(CENSUS_YAML)
+    r.cluster.controller.kill()
+    r.cluster.restart_controller(env={"MBDS_FAULTS": "controller.after_decision=error"})
+    r.client.execute(UNIT)
+    [res] = r.client.execute("RETRIEVE (FILE = Census) (COUNT(CITY))")
+    assert res.records[0]["COUNT(CITY)"] > 0
+    assert per_backend(r) == EVERYWHERE
+    assert prepared_left(r) == NOWHERE
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    assert any("after the commit decision of traffic unit" in line
+               for line in r.cluster.controller.tail), r.cluster.controller.tail
+
+
 def test_a_restarted_backend_serves_nothing_before_its_units_are_resolved(cluster_factory
                                                                           ) -> None:
     """Controller and a backend both down after the decision: the backend, stopped while
