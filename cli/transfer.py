@@ -12,11 +12,13 @@ import csv
 import io
 import json
 import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -28,6 +30,10 @@ from mbds.proto import mbds_pb2 as pb
 from mbds.service import MAX_LOAD_RECORDS, MAX_MESSAGE
 
 FORMATS = ("jsonl", "csv")
+# A load's call ended without the controller's answer (it is gone, or the call timed
+# out): batches sent after the last acknowledged may have committed.
+UNANSWERED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN",
+                        "INTERNAL"})
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 # What str.splitlines (and readers like it) take for a line break and json.dumps leaves
 # raw in a string: escaped, so that every reader sees one record a line.
@@ -35,20 +41,30 @@ LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
 
 
 def _until_refused(records: Iterable[Record], failed: list[Exception],
-                   stopped: threading.Event) -> Iterator[Record]:
+                   stopped: threading.Event, sent: list[int]) -> Iterator[Record]:
     """`records` up to the first refused, whose error is kept in `failed`: raised in
     gRPC's request thread it would come back as UNKNOWN, unnamed. Once `stopped` (Ctrl-C),
-    no more: the input may be closed under the thread reading it."""
+    no more: the load ends with the batches taken so far. `sent[0]` counts them."""
     try:
         for record in records:
             if stopped.is_set():
                 return
+            sent[0] += 1
             yield record
     except BAD_INPUT as e:
         failed.append(e)
     except ValueError:
         if not stopped.is_set():
             raise
+
+
+def _cut_short(what: str, file: str, acked: int, sent: int, code: int) -> NoReturn:
+    """A load cut short before its batches were answered: those acknowledged are stored,
+    and those sent after them may be too (a batch being committed commits)."""
+    unsure = (f"; records {acked + 1}-{sent} were in flight and may be stored too: count "
+              "the file's records before going on" if sent > acked else "")
+    click.echo(f"error: {what} (records loaded into {file}: {acked}{unsure})", err=True)
+    sys.exit(code)
 
 
 def _count(path: str, fmt: str) -> int:
@@ -100,34 +116,53 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
             acknowledged[0] += d.stats.records_retrieved
             yield d
 
-    stopped = threading.Event()
+    stopped, interrupted = threading.Event(), threading.Event()
+    sent = [0]              # records taken from the input into batches
+
+    def on_interrupt(*_: object) -> None:
+        # The first Ctrl-C ends the input: the batches sent are answered, so the count
+        # printed is exactly what is stored. A second leaves at once.
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        stopped.set()
+        click.echo("interrupting: the batches sent finish first (Ctrl-C again to leave "
+                   "at once)", err=True)
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         with Client(controller) as c, click.open_file(path, "rb") as binary:
             file, types = _definition(c, name)
             read = csv_records if fmt == "csv" else json_records
             where = "standard input" if path == "-" else path
-            records = _until_refused(read(binary, where, file, types), failed, stopped)
+            records = _until_refused(read(binary, where, file, types), failed, stopped, sent)
             regular = path != "-" and progress is not False and Path(path).is_file()
             total = _count(path, fmt) if regular else 0
             try:
                 done = track_load(counted(c.load(file, list(types), records, chunk=chunk)),
                                   total, load_progress(total, progress) if total else None)
-            except KeyboardInterrupt:
+            finally:
                 stopped.set()       # before the input closes under gRPC's reading thread
-                raise
     except KeyboardInterrupt:
-        click.echo(f"error: interrupted; the batches acknowledged are stored (records "
-                   f"loaded into {file}: {max(acknowledged[0], 0)})", err=True)
-        sys.exit(130)
+        _cut_short("interrupted", file, max(acknowledged[0], 0), sent[0], 130)
     except ClientError as e:
-        # A load cut short (the controller gone, say) says how far it came: the batches
-        # acknowledged are stored, whatever happened to those after them.
-        fail(e if acknowledged[0] < 0 else f"{e} (records loaded into {file}: "
-                                           f"{acknowledged[0]})")
+        if acknowledged[0] < 0:
+            fail(e)
+        if e.code in UNANSWERED:     # what the batches in flight came to is not known
+            _cut_short(str(e), file, acknowledged[0], sent[0], 1)
+        # The controller's own failure: the batches in flight beside it were answered.
+        fail(f"{e} (records loaded into {file}: {acknowledged[0]})")
     except BAD_INPUT as e:
         fail(e)
+    finally:
+        # Interrupted, it exits next: a Ctrl-C meanwhile would end it with a traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted.is_set() else previous)
     if failed:      # every record before the refused one is loaded, none after it
         fail(f"{failed[0]} (records loaded into {file}: {done})")
+    if interrupted.is_set():
+        click.echo(f"error: interrupted; loaded {done} records into {file}: the input's "
+                   f"first {done}, and none after them", err=True)
+        sys.exit(130)
     seconds = time.perf_counter() - t0
     click.echo(f"loaded {done} records into {file} in {seconds:.1f} s "
                f"({done / seconds:,.0f} records/s)")

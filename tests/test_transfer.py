@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -251,28 +252,88 @@ def test_a_load_cut_short_says_how_many_records_it_stored(cluster_factory,
     assert err.rstrip().endswith(f"(records loaded into CUT: {len(stored(r, 'CUT'))})")
 
 
-def test_a_load_stopped_by_ctrl_c_says_how_many_records_it_stored(cluster: Running,
-                                                                  tmp_path: Path) -> None:
-    """Ctrl-C part way through a load ends it with no traceback, exit 130, and the number
-    of records acknowledged, which are stored; a batch under way is stored whole or not
-    at all."""
-    define(cluster, "STOPPED")
+def _load_to_interrupt(cluster: Running, tmp_path: Path, name: str) -> subprocess.Popen:
+    """`mbds load file` of a million records into a new file NAME, under way (some
+    stored)."""
+    define(cluster, name)
     data = tmp_path / "stopped.csv"
     data.write_text("N,X,S\n" + "".join(f"{n % 1000},0.5,s\n" for n in range(1_000_000)))
-    load = subprocess.Popen([sys.executable, "-m", "mbds", "load", "file", "STOPPED", str(data),
+    load = subprocess.Popen([sys.executable, "-m", "mbds", "load", "file", name, str(data),
                              "--chunk", "1000", "--no-progress", "--controller",
                              cluster.cluster.address], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    count = "RETRIEVE (FILE = Stopped) (COUNT(N))"
-    while not cluster.client.execute(count)[0].records[0]["COUNT(N)"]:
+    while not _stored(cluster, name):
         assert load.poll() is None, load.communicate()
+    return load
+
+
+def _stored(cluster: Running, name: str) -> int:
+    return cluster.client.execute(f"RETRIEVE (FILE = {name}) (COUNT(N))")[0].records[0][
+        "COUNT(N)"]
+
+
+def test_a_load_stopped_by_ctrl_c_says_exactly_how_many_records_it_stored(
+        cluster: Running, tmp_path: Path) -> None:
+    """Ctrl-C part way through a load ends the input; the batches sent are answered, and
+    the load ends with no traceback, exit 130, and the number of records stored: the
+    input's first ones."""
+    load = _load_to_interrupt(cluster, tmp_path, "STOPPED")
     load.send_signal(signal.SIGINT)
     out, err = load.communicate(timeout=60)
     assert load.returncode == 130, err.decode()
     text = err.decode()
     assert "Traceback" not in text and "Exception" not in text, text
-    m = re.fullmatch(r"error: interrupted; the batches acknowledged are stored \(records "
-                     r"loaded into STOPPED: (\d+)\)\n", text)
+    m = re.fullmatch(r"interrupting: the batches sent finish first \(Ctrl-C again to leave "
+                     r"at once\)\nerror: interrupted; loaded (\d+) records into STOPPED: the "
+                     r"input's first \1, and none after them\n", text)
+    assert m is not None, repr(text)
+    assert 0 < int(m[1]) == _stored(cluster, "STOPPED") < 1_000_000
+
+
+def test_a_load_left_at_once_by_a_second_ctrl_c_names_the_records_in_flight(
+        cluster: Running, tmp_path: Path) -> None:
+    """A second Ctrl-C leaves without waiting: the records acknowledged are stored, and
+    those sent after them, named, may be stored too (a batch being committed commits)."""
+    load = _load_to_interrupt(cluster, tmp_path, "LEFT")
+    load.send_signal(signal.SIGINT)
+    assert load.stderr is not None
+    first = load.stderr.readline().decode()
+    assert first.startswith("interrupting"), first
+    load.send_signal(signal.SIGINT)
+    out, err = load.communicate(timeout=60)
+    assert load.returncode == 130, err.decode()
+    text = err.decode()
+    assert "Traceback" not in text and "Exception" not in text, text
+    m = re.search(r"error: interrupted \(records loaded into LEFT: (\d+)(; records "
+                  r"(\d+)-(\d+) were in flight and may be stored too: count the file's "
+                  r"records before going on)?\)\n$", text)
     assert m is not None, text
-    acknowledged, now = int(m[1]), cluster.client.execute(count)[0].records[0]["COUNT(N)"]
-    assert acknowledged <= now < 1_000_000 and now % 1000 == 0
+    acknowledged = int(m[1])
+    sent = int(m[4]) if m[2] else acknowledged
+    assert not m[2] or int(m[3]) == acknowledged + 1
+    time.sleep(1)                  # what was in flight has committed or aborted by now
+    assert acknowledged <= _stored(cluster, "LEFT") <= sent < 1_000_000
+
+
+def test_a_load_whose_controller_dies_names_the_records_in_flight(
+        cluster_factory, tmp_path: Path) -> None:
+    """The controller killed mid-load: the records acknowledged are stored, and those
+    sent after them, named, may be too; after a restart the file holds no fewer than
+    the first and no more than the second."""
+    r = cluster_factory(2)
+    load = _load_to_interrupt(r, tmp_path, "ORPHANED")
+    assert r.cluster.controller is not None
+    r.cluster.controller.kill()
+    out, err = load.communicate(timeout=60)
+    assert load.returncode == 1, err.decode()
+    text = err.decode()
+    assert "Traceback" not in text and "Exception" not in text, text
+    m = re.search(r"\(records loaded into ORPHANED: (\d+); records (\d+)-(\d+) were in "
+                  r"flight and may be stored too: count the file's records before going "
+                  r"on\)\n$", text)
+    assert m is not None, text
+    acknowledged, first, sent = int(m[1]), int(m[2]), int(m[3])
+    assert first == acknowledged + 1 <= sent
+    r.cluster.restart_controller()
+    retry(r.client, "RETRIEVE (FILE = Orphaned) (COUNT(N))", timeout=60)
+    assert acknowledged <= _stored(r, "ORPHANED") <= sent
