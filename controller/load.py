@@ -100,7 +100,9 @@ def prepare(directory: Directory, chunk: pb.LoadRequest) -> PreparedLoad:
         try:
             columns.check(attr, col, count, schema.name)
         except columns.ColumnError as e:
-            raise SemanticError(f"record {first + e.index}: {e}") from None
+            # The batch goes whole or not at all: a caller goes on from its first record.
+            raise SemanticError(f"record {first + e.index}: {e} (its batch, records "
+                                f"{first}-{first + count - 1}, is not loaded)") from None
 
     for name, col in zip(names, cols.columns, strict=True):
         i = schema.index[name]

@@ -185,8 +185,9 @@ def load_requests(file: str, attributes: list[str],
         try:
             for cols in _fitted(values, bodies, width, first):
                 yield pb.LoadRequest(file=file, attributes=attributes, columns=cols)
-        except ColumnError as e:
-            refused.append(f"record {e.index}: {e}")
+        except ColumnError as e:      # raised before any of the chunk is sent
+            refused.append(f"record {e.index}: {e} (its batch, records {first}-"
+                           f"{first + len(part) - 1}, is not loaded)")
             return
         first += len(part)
 

@@ -144,7 +144,7 @@ def test_client_load_refuses_a_lone_surrogate_naming_its_record(
         for done in cluster.client.load(name, ["N", "X", "S"], rows, chunk=4):
             loaded += done.stats.records_retrieved
     assert err.value.code == "INVALID_ARGUMENT"
-    assert str(err.value) == error
+    assert str(err.value) == f"{error} (its batch, records 5-{4 + len(records)}, is not loaded)"
     # The batch before the refused one is stored, nothing of it or after it.
     assert loaded == 4 and stored(cluster, name) == [1, 2, 3, 4]
 

@@ -76,7 +76,7 @@ def test_the_shell_names_the_bad_byte_and_goes_on(address: str, tmp_path: Path,
                      rf"{len(line) - 1}\)")
         child.send("RETRIEVE (FILE = Census) (CITY)\r")       # the next line runs
         child.expect("Monterey")
-        child.expect("clusters examined")
+        child.expect("examined")
         child.send("\\q\r")
         child.expect(pexpect.EOF)
     finally:
