@@ -202,10 +202,10 @@ def csv_records(binary: Iterable[bytes], where: str, file: str,
     """The records of a CSV input; its header is checked before this returns, so that a
     column the file lacks is refused before any record is sent."""
     rows = _csv_rows(csv.reader(_lines(binary, where), strict=True))
-    header = next(rows, None)
+    header = next((row for row in rows if row[1]), None)    # blank lines skipped
     if header is None:
         raise Refused(f"{where} is empty: CSV starts with a header naming the attributes")
-    columns = _columns(header[1], 1, file, types)
+    columns = _columns(header[1], header[0], file, types)
 
     def records() -> Iterator[Record]:
         for n, row in rows:

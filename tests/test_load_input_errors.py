@@ -181,3 +181,16 @@ def test_a_raw_load_of_rows_numbers_its_records_from_1(cluster: Running) -> None
     assert raw([row(3, "a"), row(4, "b")], [row(5, "c"), row(6, "d", 7)]).details() == \
         "record 4: 3 values for 2 attributes"
     assert stored(cluster, name) == [3, 4]
+
+
+def test_blank_lines_before_a_csv_header_are_skipped(cluster: Running) -> None:
+    """As blank lines between records are: the header is the first line with cells, and
+    an error in it names its own line."""
+    name = define(cluster, "blankhead")
+    out = load(cluster, name, "csv", b"\n\r\nN,X,S\n\n1,0.5,a\n")
+    assert out.returncode == 0, out.stderr.decode()
+    assert stored(cluster, name) == [1]
+    out = load(cluster, name, "csv", b"\n\nN,Y,S\n1,0.5,a\n")
+    assert out.returncode == 1
+    assert out.stderr.decode().startswith(f"error: line 3: 'Y' is not an attribute of "
+                                          f"{name.upper()}"), out.stderr.decode()
