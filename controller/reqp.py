@@ -257,6 +257,7 @@ class Reqp:
                  allow_aggregates: bool) -> tuple[list[pb.TargetItem], list[str]]:
         items: list[pb.TargetItem] = []
         names: list[str] = []
+        shown: set[str] = set()     # by ALL: a plain item of one of them adds nothing
         for t in targets:
             if t.all:
                 expanded = ["FILE"] + [a.name for f in files for a in f.attributes] + ["BODY"]
@@ -264,7 +265,10 @@ class Reqp:
                     if a not in names:
                         items.append(pb.TargetItem(attr=a))
                         names.append(a)
+                shown.update(expanded)
                 continue
+            if not t.agg and t.name in shown:
+                continue        # `(ALL, A)` as `(A, ALL)`: A once, where it first came
             attr = self._attr_in(files, t.attr or "", t.pos)
             if t.agg:
                 if not allow_aggregates:

@@ -285,6 +285,14 @@ def test_record_body_round_trips(census: Running) -> None:
     [r] = c.execute("RETRIEVE ((FILE = Census) and (CITY = Bodied)) (ALL)")
     assert r.records == [{"FILE": "CENSUS", "CITY": "Bodied", "POP": 1, "AREA": None,
                           "STATE": None, "BODY": "line one\nline } two"}]
+    # An attribute named beside ALL, before or after it, is one column where it first
+    # comes; named twice without ALL, it is refused.
+    for targets, first in (("ALL, POP", "FILE"), ("POP, ALL", "POP")):
+        [r] = c.execute(f"RETRIEVE ((FILE = Census) and (CITY = Bodied)) ({targets})")
+        assert r.records[0]["POP"] == 1 and list(r.records[0])[0] == first, r.records
+        assert len(r.records[0]) == 6
+    with pytest.raises(ClientError, match="target POP appears twice"):
+        c.execute("RETRIEVE ((FILE = Census) and (CITY = Bodied)) (POP, CITY, POP)")
 
 
 def test_large_bodies_stream_in_batches_under_the_message_limit(census: Running) -> None:
