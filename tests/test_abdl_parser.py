@@ -313,6 +313,9 @@ def test_case_insensitive_keywords_and_upper_cased_attributes() -> None:
         ("POP + 5", "POP", "+", 5, False),
         ("POP - 5", "POP", "-", 5, False),
         ("POP -5", "POP", "-", 5, False),
+        # The one signed number whose negation no int64 holds: added, as it was written.
+        ("POP -9223372036854775808", "POP", "+", -2**63, False),
+        ("POP -9223372036854775807", "POP", "-", 2**63 - 1, False),
         ("pop+5", "POP", "+", 5, False),
         ("POP - -5", "POP", "-", -5, False),
         ("POP * 2.5", "POP", "*", 2.5, False),

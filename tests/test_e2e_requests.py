@@ -400,3 +400,14 @@ def test_a_float_sum_beyond_a_double_is_refused_on_any_number_of_backends(
         assert str(err.value).endswith(f"{item}: a sum beyond the range of a double"), err.value
     [res] = c.execute("RETRIEVE (FILE = Huge) (MAX(V), COUNT(V))")
     assert res.records == [{"MAX(V)": 1e308, "COUNT(V)": 2}]
+
+
+def test_an_update_subtracting_the_lowest_integer_is_taken_as_written(census: Running) -> None:
+    """`K -9223372036854775808` (a signed number after the attribute) subtracts 2^63:
+    answered, not refused for a number the request never held (+2^63)."""
+    c = census.client
+    c.define("files:\n  LOWEST:\n    attributes: {K: integer}\n")
+    c.execute("INSERT (<FILE, Lowest>, <K, 5>)")
+    c.execute("UPDATE (FILE = Lowest) <K = K -9223372036854775808>")
+    [res] = c.execute("RETRIEVE (FILE = Lowest) (K)")
+    assert res.records == [{"K": 5 - 2**63}]

@@ -173,6 +173,9 @@ class _Parser(QueryParser):
                 source = tok.text.upper()
                 value = self._arith_operand(nxt)
                 arith = nxt.kind if nxt.kind in ast.ARITH_OPS else nxt.text[0]
+                if arith == "-" and value == 1 << 63:
+                    # `A -9223372036854775808`: the one number whose negation is no int64.
+                    arith, value = "+", -value
             else:
                 value = tok.text
                 # A reserved word can never name an attribute, so it is a string.
