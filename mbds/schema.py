@@ -90,8 +90,8 @@ def _too_many(what: str, count: int, unit: str, limit: int) -> DefinitionError:
 
 def _ident(name: object, what: str) -> str:
     if not isinstance(name, str) or not IDENT.match(name):
-        raise DefinitionError(f"{what} {shorten(repr(name))} is not an identifier "
-                              "(letters, digits, _)")
+        raise DefinitionError(f"{what} {shorten(repr(name))} is not an identifier (a "
+                              "letter or _, then letters, digits or _)")
     if len(name) > MAX_NAME:
         raise DefinitionError(f"{what} {shorten(name)} is too long: at most {MAX_NAME} "
                               "characters allowed")
@@ -132,7 +132,7 @@ def _directory(attr: Attribute, spec: dict[str, Any], where: str) -> list[Descri
     extra = sorted(str(k) for k in spec if k not in _SPEC_KEYS[kind])
     if extra:
         raise DefinitionError(f"{where}: type {kind} takes no {shorten(repr(extra[0]))} "
-                              f"(it takes {', '.join(sorted(_SPEC_KEYS[kind]))})")
+                              f"(its keys: {', '.join(sorted(_SPEC_KEYS[kind]))})")
     if kind == "A":
         ranges = spec.get("ranges")
         if not isinstance(ranges, list) or not ranges:
@@ -244,8 +244,9 @@ def parse_definition(text: str) -> list[FileSchema]:
     try:
         doc = yaml.load(text, Loader=_Loader)   # a SafeLoader: no Python objects
     except yaml.YAMLError as e:
-        raise DefinitionError(f"definition is not valid YAML: {shorten(str(e), 500)}"
-                              ) from None
+        # PyYAML names its input "<unicode string>": the lines and columns say where.
+        why = str(e).replace('in "<unicode string>", ', "")
+        raise DefinitionError(f"definition is not valid YAML: {shorten(why, 500)}") from None
     except RecursionError:
         raise DefinitionError("definition nests its lists or mappings too deeply (a "
                               "definition needs four levels)") from None
@@ -288,7 +289,10 @@ def parse_definition(text: str) -> list[FileSchema]:
                         f"file {name}: directory attribute {attr_name} needs type A, B or C")
             attrs.append(Attribute(attr_name, typ, kind))
         if len({a.name for a in attrs}) != len(attrs):
-            raise DefinitionError(f"file {name}: attribute names repeat (case-insensitively)")
+            twice = next(a.name for i, a in enumerate(attrs)
+                         if a.name in {b.name for b in attrs[:i]})
+            raise DefinitionError(f"file {name}: attribute {twice} is named twice "
+                                  "(names are case-insensitive)")
         known = {a.name for a in attrs}
         for d in dir_specs:
             if d not in known:

@@ -143,10 +143,10 @@ def test_arithmetic_beyond_a_floats_range_is_refused_and_the_cluster_goes_on(
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("{type: C, values: [a, b]}", "type C takes no 'values' (it takes type)"),
-    ("{type: B, values: [a], ranges: [[1, 2]]}", "type B takes no 'ranges' (it takes type, "
+    ("{type: C, values: [a, b]}", "type C takes no 'values' (its keys: type)"),
+    ("{type: B, values: [a], ranges: [[1, 2]]}", "type B takes no 'ranges' (its keys: type, "
                                                  "values)"),
-    ("{type: A, range: [[1, 2]]}", "type A takes no 'range' (it takes ranges, type)"),
+    ("{type: A, range: [[1, 2]]}", "type A takes no 'range' (its keys: ranges, type)"),
 ])
 def test_a_directory_attribute_given_what_its_kind_does_not_take_is_refused(
         census: Running, spec: str, message: str) -> None:

@@ -76,10 +76,13 @@ def test_an_integer_literal_beyond_64_bits_is_refused_naming_it_and_the_range(
         assert p.request.retrieval.query.conjunctions[0].predicates[1].value.i == v
 
 
-def test_arithmetic_negating_the_smallest_integer_is_refused() -> None:
-    # `POP -9223372036854775808` subtracts 2**63, which no 64-bit integer holds.
-    message = refused(f"UPDATE (FILE = Census) <POP = POP {INT64_MIN}>")
+def test_arithmetic_with_a_number_beyond_64_bits_is_refused() -> None:
+    message = refused(f"UPDATE (FILE = Census) <POP = POP - {INT64_MAX + 1}>")
     assert RANGE in message and str(INT64_MAX + 1) in message
+    # `POP -9223372036854775808` is POP plus the smallest integer, as written.
+    [update] = reqp().prepare(f"UPDATE (FILE = Census) <POP = POP {INT64_MIN}>")[0]
+    modifier = update.request.modifier
+    assert (modifier.arith, modifier.value.i) == ("+", INT64_MIN)
 
 
 def test_the_conversion_clients_send_values_with_refuses_integers_beyond_64_bits() -> None:
@@ -338,7 +341,7 @@ def test_integers_beyond_64_bits_are_refused_through_grpc_and_the_bounds_kept(
     r = census(cluster_factory)
     before = snapshot(r)
     for text in (INSERT.format(c="big", p=BIG),
-                 f"UPDATE (FILE = Census) <POP = POP {INT64_MIN}>",
+                 f"UPDATE (FILE = Census) <POP = POP - {INT64_MAX + 1}>",
                  f"DELETE ((FILE = Census) and (POP < {BIG}))"):
         for ask in (call, session):
             code, message = ask(r, text)

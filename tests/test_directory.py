@@ -112,6 +112,13 @@ def test_entries_allocated_for_a_refused_unit_are_taken_back() -> None:
     ("files: {F: {attributes: {A: integer}, directory: {A: {type: B, values: [x]}}}}",
      "not an integer"),
     ("files: [", "not valid YAML"),
+    ("files:\n  X:\n    attributes: {A: integer\n",       # where, without PyYAML's name
+     r"^definition is not valid YAML: while parsing a flow mapping\n  line 3, column 17:"),
+    ("files: {F: {attributes: {A: integer, b: string, a: string}}}",
+     r"^file F: attribute A is named twice \(names are case-insensitive\)$"),
+    ("files: {F: {attributes: {9A: integer}}}",
+     r"^file F: attribute '9A' is not an identifier \(a letter or _, then letters, digits "
+     r"or _\)$"),
     ("files: {dup: {attributes: {A: integer}}, DUP: {attributes: {B: integer}}}",
      r"^file names repeat \(case-insensitively\): DUP$"),
     ("files: {F: {attributes: {}}}", r"^file F: needs a non-empty 'attributes' mapping$"),
