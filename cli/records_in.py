@@ -224,7 +224,8 @@ def json_records(binary: Iterable[bytes], where: str, file: str,
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_float=_float, parse_int=_int,
+            # Without its line break: an error at its end is at a column of this line.
+            obj = json.loads(line.rstrip("\r\n"), parse_float=_float, parse_int=_int,
                              parse_constant=BeyondFloat, object_pairs_hook=_object)
         except _Twice as e:
             raise Refused(f"line {n}: key {shorten(repr(e.key))} appears twice in an "

@@ -157,6 +157,7 @@ def test_a_bad_value_is_named_by_line_and_column_and_nothing_after_it_loads(
     ('["a"]', "line 2: not a JSON object"),
     ('{"N": 2,}', "line 2: not JSON (Expecting property name enclosed in double quotes at "
                   "column 9)"),
+    ('{"N": 2', "line 2: not JSON (Expecting ',' delimiter at column 8)"),   # at its end
     ('{"m": 2}', "line 2: 'm' is not an attribute of {name} (N, X, S, BODY)"),
 ])
 def test_jsonl_values_are_checked_against_the_attribute_types(
