@@ -35,10 +35,12 @@ def print_results(results: list[Result], as_json: bool) -> None:
 @click.command("exec")
 @controller_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per request per line.")
-@click.option("--timeout", type=float, default=120.0, show_default=True)
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds the request may take before it fails.")
 @click.argument("abdl")
 def exec_(controller: str, as_json: bool, timeout: float, abdl: str) -> None:
-    """Run one ABDL request or transaction."""
+    """Run one ABDL request or transaction (ABDL: the text, or - to read it from
+    standard input)."""
     try:
         text = (utf8(sys.stdin.buffer.read(), "standard input") if abdl == "-"
                 else utf8(abdl, "the request"))

@@ -32,6 +32,7 @@ COMMANDS = {
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS)
+@click.version_option(package_name="mbds", prog_name="mbds")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 def main(verbose: bool) -> None:
     """MBDS: one controller and N backends over gRPC, each backend on SQLite."""

@@ -244,8 +244,11 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
 
 
 @click.command()
-@click.option("--address", default=DEFAULT_CONTROLLER, show_default=True)
-@click.option("--timeout", type=float, default=3.0)
+@click.option("--address", default=DEFAULT_CONTROLLER, show_default=True,
+              help="HOST:PORT to ask: a controller's client port (env MBDS_CONTROLLER), a "
+                   "backend, or a controller's internal port.")
+@click.option("--timeout", type=float, default=3.0, show_default=True,
+              help="Seconds to wait for the answer.")
 @click.option("--tls-dir", type=click.Path(path_type=Path, file_okay=False), envvar="MBDS_TLS_DIR",
               help="Ask over mutual TLS with the cluster's certificates (env MBDS_TLS_DIR): "
                    "a backend, or the controller's internal port.")

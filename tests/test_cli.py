@@ -119,6 +119,12 @@ def test_help_works(args: list[str]) -> None:
     assert r.returncode == 0 and "Usage" in r.stdout
 
 
+def test_the_version_is_the_package_s() -> None:
+    from importlib.metadata import version
+    r = mbds("--version")
+    assert r.returncode == 0 and r.stdout == f"mbds, version {version('mbds')}\n"
+
+
 def test_the_cli_loads_without_the_benchmark_extras() -> None:
     """The service images install no `bench` extras: `mbds` (whose `bench` group imports
     loadgen) must start without psutil and matplotlib."""
