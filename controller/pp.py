@@ -53,6 +53,9 @@ class _Aggregates:
     def __init__(self, p: Prepared) -> None:
         self.p = p
         self.groups: dict[Any, list[list[Any]]] = {}
+        # Each group's key as shown: of equal keys (1 and 1.0, from files typing the BY
+        # attribute differently) the float, whichever backend's part came first.
+        self.keys: dict[Any, Any] = {}
 
     def fault(self, g: pb.PartialGroup) -> str:
         """What makes a backend's partial group unfit to merge ("" if nothing): one sum,
@@ -84,8 +87,10 @@ class _Aggregates:
         return ""
 
     def add(self, g: pb.PartialGroup) -> None:
-        acc = self.groups.setdefault(from_pb(g.key), [[None, 0, None, None]
-                                                       for _ in self.p.aggregates])
+        key = from_pb(g.key)
+        if type(key) is float:
+            self.keys[key] = key
+        acc = self.groups.setdefault(key, [[None, 0, None, None] for _ in self.p.aggregates])
         lows = g.sum_lows
         for j, a in enumerate(acc):
             s, lo, hi = from_pb(g.sums[j]), from_pb(g.mins[j]), from_pb(g.maxs[j])
@@ -94,9 +99,9 @@ class _Aggregates:
             if s is not None:
                 a[0] = s if a[0] is None else a[0] + s
             a[1] += g.counts[j]
-            if lo is not None and (a[2] is None or _order(lo) < _order(a[2])):
+            if lo is not None and (a[2] is None or _before(lo, a[2])):
                 a[2] = lo
-            if hi is not None and (a[3] is None or _order(hi) > _order(a[3])):
+            if hi is not None and (a[3] is None or _before(a[3], hi)):
                 a[3] = hi
 
     def rows(self) -> list[list[Any]]:
@@ -114,8 +119,16 @@ class _Aggregates:
                         f"{agg}({attr}): a sum beyond the range of a double")
                 finals[f"{agg}({attr})"] = (s / n if n else None) if agg == "AVG" else \
                     {"SUM": s, "COUNT": n, "MIN": lo, "MAX": hi}[agg]
-            out.append([key if c == self.p.by else finals[c] for c in self.p.columns])
+            shown = self.keys.get(key, key)
+            out.append([shown if c == self.p.by else finals[c] for c in self.p.columns])
         return out
+
+
+def _before(x: Any, y: Any) -> bool:
+    """Whether MIN takes x over y (and MAX y over x): of equal numbers, the integer comes
+    first, so both show the same whichever backend's part came first."""
+    ox, oy = _order(x), _order(y)
+    return ox < oy or (ox == oy and type(x) is int and type(y) is float)
 
 
 def _shown(v: pb.Value) -> str:

@@ -441,3 +441,21 @@ def test_a_float_sum_beyond_a_double_is_refused_naming_its_item(text: str, item:
     with pytest.raises(TrafficUnitAborted) as e:
         merged.rows()
     assert str(e.value) == f"{item}: a sum beyond the range of a double"
+
+
+@pytest.mark.parametrize("first", [1, 1.0])
+def test_equal_numbers_of_two_types_merge_alike_whichever_part_comes_first(
+        first: float) -> None:
+    """Files typing an attribute differently send 1 and 1.0 for one group: its key is
+    shown as the float, and of equal MIN and MAX candidates MIN takes the integer and MAX
+    the float, in whatever order the backends' parts come."""
+    second = 1.0 if type(first) is int else 1
+    merged = pp._Aggregates(prepared("RETRIEVE (FILE = Census) (MIN(POP), MAX(POP)) BY POP"))
+    for v in (first, second):
+        g = group([None, None], [1, 1], 1, v)
+        to_pb(v, g.mins[0])
+        to_pb(v, g.maxs[1])
+        merged.add(g)
+    [[key, least, most]] = merged.rows()
+    assert (key, type(key), least, type(least), most, type(most)) == (
+        1.0, float, 1, int, 1.0, float)
