@@ -60,8 +60,8 @@ tests/test_fixed_cost.py::test_a_metric_child_is_made_once_and_counts_where_labe
 tests/test_fixed_cost.py::test_interleaved_handler_timings_each_count_once \
 tests/test_fixed_cost.py::test_light_children_add_up_and_are_made_once_per_label_set \
 tests/test_fixed_cost.py::test_a_handler_measured_by_its_caller_is_recorded_only_while_timing_is_on"
-  "decisions|controller/decisions.py controller/epochs.py|controller.decisions.* \
-controller.epochs.*|tests/test_decision_log.py"
+  "decisions|controller/decisions.py controller/epochs.py controller/carried.py|\
+controller.decisions.* controller.epochs.* controller.carried.*|tests/test_decision_log.py"
   "abdl_lexer|controller/abdl/lexer.py|controller.abdl.lexer.*|$ABDL_LEXER_TESTS"
   "abdl_parser|controller/abdl/*parser.py|controller.abdl.parser.* \
 controller.abdl.query_parser.*|$ABDL_PARSER_TESTS"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import decisions
+from controller import carried, decisions
 from controller.decisions import Decisions, Key, PresumedAborted
 from mbds import metrics
 
@@ -411,3 +411,288 @@ def test_what_the_log_does_not_cover_names_long_epochs_and_paths_shortened(
     why = asyncio.run(run())
     assert f"(epoch {'x' * 40}… (41 characters), seq 1)" in why
     assert f"decision log ({str(path)[:200]}… (201 characters)) does not cover" in why
+
+
+def _carried(path: Path) -> dict[tuple[str, str], int]:
+    with closing(sqlite3.connect(path)) as conn:
+        return {(b, e): s for b, e, s in conn.execute("SELECT backend, epoch, seq FROM carried")}
+
+
+def _traced(d: Decisions) -> list[tuple[str, str]]:
+    """The log's statements from now on, each with the thread that ran it."""
+    seen: list[tuple[str, str]] = []
+    d.conn.set_trace_callback(
+        lambda s: seen.append((threading.current_thread().name, s.lower())))
+    return seen
+
+
+def _ran_in(seen: list[tuple[str, str]], text: str, inline: bool) -> None:
+    threads = {t for t, s in seen if text in s}
+    assert threads, f"no statement with {text!r}"
+    if inline:
+        assert threads == {ME}
+    else:
+        assert len(threads) == 1 and threads.pop().startswith("decision-log_")
+
+
+@pytest.mark.parametrize("mode, inline", [("NORMAL", True), ("FULL", False)])
+def test_what_backends_carried_out_goes_in_the_next_decisions_transaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, inline: bool) -> None:
+    """Told before a decision, it is written in the decision's own transaction, where the
+    decision is written (the event loop, or the log's thread)."""
+    monkeypatch.setattr(decisions, "TOLD_EVERY", 3600)
+    path = tmp_path / "decisions.db"
+
+    async def run() -> None:
+        d = Decisions(path, mode)
+        d.begin("e")
+        d.carried_out("b0", ("e", 3))
+        d.carried_out("b1", ("e", 2))
+        seen = _traced(d)
+        await d.commit(("e", 4), ["b0", "b1"])
+        d.conn.set_trace_callback(None)
+        assert _carried(path) == {("b0", "e"): 3, ("b1", "e"): 2}
+        _ran_in(seen, "into carried", inline)
+        stmts = [s for _, s in seen]
+        begin, end = stmts.index("begin immediate"), stmts.index("commit")
+        assert begin < next(i for i, s in enumerate(stmts) if "into carried" in s) < end
+        assert begin < next(i for i, s in enumerate(stmts) if "into decisions" in s) < end
+        await d.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode, inline", [("NORMAL", True), ("OFF", True), ("FULL", False)])
+def test_what_backends_carried_out_is_written_within_told_every_without_a_decision(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, inline: bool) -> None:
+    """With no decision to take it along, what was told is written at the next tick, on
+    the event loop or in the log's thread as a decision would be; ticks with nothing told
+    write nothing and the ticking goes on."""
+    monkeypatch.setattr(decisions, "TOLD_EVERY", 0.01)
+    path = tmp_path / "decisions.db"
+
+    async def run() -> None:
+        d = Decisions(path, mode)
+        d.begin("e")
+        seen = _traced(d)
+        await asyncio.sleep(0.05)
+        assert not [s for _, s in seen if "carried" in s]
+        d.carried_out("b0", ("e", 3))
+        async with asyncio.timeout(10):
+            while _carried(path) != {("b0", "e"): 3}:
+                await asyncio.sleep(0.01)
+        d.carried_out("b0", ("e", 5))          # and again at a later tick
+        async with asyncio.timeout(10):
+            while _carried(path) != {("b0", "e"): 5}:
+                await asyncio.sleep(0.01)
+        d.conn.set_trace_callback(None)
+        _ran_in(seen, "into carried", inline)
+        await d.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("NORMAL", "writing what the backends carried out failed: disk I/O error"),
+    ("FULL", "the decision log failed: disk I/O error")])
+def test_a_failed_write_of_what_was_told_is_logged_and_written_at_the_next_tick(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        mode: str, message: str) -> None:
+    monkeypatch.setattr(decisions, "TOLD_EVERY", 0.01)
+    path = tmp_path / "decisions.db"
+
+    async def run() -> None:
+        d = Decisions(path, mode)
+        d.begin("e")
+        write, failed = d._write, []
+
+        def fail_once(*args: object) -> None:
+            if not failed:
+                failed.append(1)
+                raise sqlite3.OperationalError("disk I/O error")
+            write(*args)  # type: ignore[arg-type]
+
+        d._write = fail_once  # type: ignore[method-assign]
+        d.carried_out("b0", ("e", 3))
+        async with asyncio.timeout(10):
+            while _carried(path) != {("b0", "e"): 3}:
+                await asyncio.sleep(0.01)
+        assert failed
+        await d.close()
+
+    with caplog.at_level(logging.WARNING, logger="mbds.controller"):
+        asyncio.run(run())
+    assert [r.getMessage() for r in caplog.records] == [message]
+
+
+@pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
+def test_close_writes_what_was_told_since_the_last_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    monkeypatch.setattr(decisions, "TOLD_EVERY", 3600)
+    path = tmp_path / "decisions.db"
+
+    async def run() -> None:
+        d = Decisions(path, mode)
+        d.begin("e")
+        d.carried_out("b0", ("e", 5))
+        d.carried_out("b1", ("e", 4))
+        await d.close()
+
+    asyncio.run(run())
+    assert _carried(path) == {("b0", "e"): 5, ("b1", "e"): 4}
+
+
+def test_a_failed_write_at_close_is_logged_and_the_log_still_closes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(decisions, "TOLD_EVERY", 3600)
+    path = tmp_path / "decisions.db"
+
+    async def run() -> Decisions:
+        d = Decisions(path, "NORMAL")
+        d.begin("e")
+
+        def fail(*args: object) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        d._write = fail  # type: ignore[method-assign]
+        d.carried_out("b0", ("e", 5))
+        await d.close()
+        return d
+
+    with caplog.at_level(logging.WARNING, logger="mbds.controller"):
+        d = asyncio.run(run())
+    assert [r.getMessage() for r in caplog.records] == [
+        "writing what the backends carried out failed: disk I/O error"]
+    with pytest.raises(sqlite3.ProgrammingError):
+        d.conn.execute("SELECT 1")
+    assert _carried(path) == {}
+
+
+@pytest.mark.parametrize("mode, inline", [("NORMAL", True), ("OFF", True), ("FULL", False)])
+def test_a_backend_let_go_has_its_rows_deleted_synced_before_it_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, inline: bool) -> None:
+    """What a backend joining empty told before is deleted, on disk (synchronous FULL for
+    the statement, the mode then restored) before `let_go` returns, where the log writes;
+    what it told that was not yet written goes too, and the other backends' rows stay.
+    A backend that told nothing costs no statement."""
+    monkeypatch.setattr(decisions, "TOLD_EVERY", 3600)
+    path = tmp_path / "decisions.db"
+
+    async def run() -> None:
+        d = Decisions(path, mode)
+        d.begin("e")
+        d.carried_out("b0", ("e", 3))
+        d.carried_out("b1", ("e", 4))
+        await d.commit(("e", 5), ["b0", "b1"])
+        d.carried_out("b0", ("e", 6))               # told, not yet written
+        seen = _traced(d)
+        await d.let_go("b0")
+        assert _carried(path) == {("b1", "e"): 4}
+        assert "b0" not in d.carried.by_backend and d.carried.new == {}
+        _ran_in(seen, "delete from carried", inline)
+        stmts = [s for _, s in seen]
+        delete = next(i for i, s in enumerate(stmts) if "delete from carried" in s)
+        assert stmts[delete - 1] == "pragma synchronous=full"
+        assert stmts[delete + 1] == f"pragma synchronous={mode.lower()}"
+        seen.clear()
+        await d.let_go("b9")
+        assert seen == []
+        d.conn.set_trace_callback(None)
+        await d.close()
+
+    asyncio.run(run())
+    assert _carried(path) == {("b1", "e"): 4}
+
+
+def test_what_was_carried_out_is_read_back_for_the_latest_runs_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reopened, the log knows each backend's highest seq per run, in the order the runs
+    began; rows of runs older than the latest COMMITTED_RUNS (which a backend no longer
+    lists) are deleted from the file too."""
+    monkeypatch.setattr(decisions, "TOLD_EVERY", 3600)
+    monkeypatch.setattr(carried, "COMMITTED_RUNS", 3)
+    path = tmp_path / "decisions.db"
+
+    async def run() -> None:
+        d = Decisions(path, "NORMAL")
+        for epoch in ("e1", "e2", "e3", "e4"):
+            d.begin(epoch)
+            d.carried_out("b0", (epoch, 7))
+        d.carried_out("b1", ("e4", 2))
+        d.carried_out("b1", ("e2", 5))
+        await d.close()
+        d = Decisions(path, "NORMAL")
+        assert d.carried.by_backend == {"b0": {"e2": 7, "e3": 7, "e4": 7},
+                                        "b1": {"e2": 5, "e4": 2}}
+        assert list(d.carried.by_backend["b1"]) == ["e2", "e4"]     # the runs' order
+        assert d.carried.new == {}
+        await d.close()
+
+    asyncio.run(run())
+    assert _carried(path) == {("b0", "e2"): 7, ("b0", "e3"): 7, ("b0", "e4"): 7,
+                              ("b1", "e2"): 5, ("b1", "e4"): 2}
+
+
+def test_a_backend_told_is_kept_at_its_highest_seq_for_its_latest_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lower or equal seq changes nothing and is not written again; seq 1 counts; a
+    backend's runs beyond COMMITTED_RUNS drop the oldest."""
+    monkeypatch.setattr(carried, "COMMITTED_RUNS", 2)
+    with closing(sqlite3.connect(":memory:")) as conn:
+        conn.execute("CREATE TABLE epochs (epoch TEXT PRIMARY KEY, decided INTEGER)")
+        c = carried.Carried(conn)
+        c.told("b0", ("e1", 1))
+        assert c.take() == [("b0", "e1", 1)]
+        c.told("b0", ("e1", 5))
+        c.told("b0", ("e1", 3))
+        assert c.by_backend == {"b0": {"e1": 5}} and c.take() == [("b0", "e1", 5)]
+        c.told("b0", ("e1", 5))
+        assert c.take() == []
+        c.told("b0", ("e2", 1))
+        assert c.by_backend == {"b0": {"e1": 5, "e2": 1}}
+        c.told("b0", ("e3", 4))
+        assert c.by_backend == {"b0": {"e2": 1, "e3": 4}}
+        # What a failed write puts back is kept with anything higher told meanwhile.
+        rows = c.take()
+        c.told("b0", ("e3", 9))
+        c.put_back(rows)
+        c.put_back([("b1", "e3", 2)])
+        assert c.new == {("b0", "e2"): 1, ("b0", "e3"): 9, ("b1", "e3"): 2}
+        c.forget("b0")
+        assert c.by_backend == {} and c.new == {("b1", "e3"): 2}
+
+
+OLDER = ("its data dir is an older copy of itself: of the traffic units of controller run "
+         "{epoch} it holds the writes of {holds}, but it told this controller it had "
+         "committed seq {seq}, so writes it acknowledged are lost (its data dir was "
+         "restored from a copy, or its disk lost what it had reported durable). Restore "
+         "every data dir of the cluster, the controller's too, from one copy taken while "
+         "the cluster was stopped; or, to go on without its records, remove it from "
+         "\"served\" in the controller's members.json and start it with an empty data dir")
+
+
+def test_a_backend_listing_less_than_it_told_is_an_older_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(carried, "COMMITTED_RUNS", 3)
+    with closing(sqlite3.connect(":memory:")) as conn:
+        conn.execute("CREATE TABLE epochs (epoch TEXT PRIMARY KEY, decided INTEGER)")
+        c = carried.Carried(conn)
+        c.told("b0", ("e1", 5))
+        c.told("b0", ("e2", 3))
+        long = "x" * 41
+        c.told("b1", (long, 2))
+        assert c.older("b0", [("e1", 5), ("e2", 3)]) == ""
+        assert c.older("b0", [("e2", 4), ("e1", 6)]) == ""
+        assert c.older("b9", []) == ""                       # told nothing
+        c.told("b2", ("e1", 1))
+        assert c.older("b2", []) == OLDER.format(epoch="e1", holds="none", seq=1)
+        assert c.older("b0", [("e1", 5), ("e2", 2)]) == OLDER.format(
+            epoch="e2", holds="up to seq 2", seq=3)
+        assert c.older("b0", [("e2", 3)]) == OLDER.format(epoch="e1", holds="none", seq=5)
+        assert c.older("b0", [("e1", 5), ("e2", 3), ("x", 1), ("y", 1)]) == ""
+        assert c.older("b0", [("e2", 3), ("x", 1), ("y", 1)]) == ""   # e1: beyond its list
+        assert c.older("b0", [("e2", 3), ("x", 1)]) == OLDER.format(
+            epoch="e1", holds="none", seq=5)
+        assert c.older("b1", []) == OLDER.format(
+            epoch=f"{'x' * 40}… (41 characters)", holds="none", seq=2)
