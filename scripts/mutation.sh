@@ -42,7 +42,7 @@ MODULES=(
   "iig|controller/iig*.py|controller.iig.* controller.iig_batch.*|tests/test_directory.py \
 tests/test_bulk_load.py::test_placement_per_batch_matches_the_per_record_rule \
 tests/test_bulk_load.py::test_the_backend_checks_a_batch_per_column"
-  "pp|controller/pp.py|controller.pp.xǁ_Aggregatesǁ* \
+  "pp|controller/pp.py controller/aggregates.py|controller.aggregates.* \
 controller.pp.x__side__* controller.pp.x__dumps__* \
 controller.pp.x__joined__* controller.pp.xǁ_Joinǁ* controller.pp.x__encoded_batches__* \
 controller.pp.x__batch__*|"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controller import pp
+from controller import aggregates, pp
 from controller.reqp import Prepared, Reqp
 from mbds.errors import TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
@@ -72,7 +72,7 @@ def expected(rows: list[tuple], by: bool) -> list[list]:
 def test_partial_aggregates_from_any_split_give_the_whole_answer(by: bool,
                                                                    split: list) -> None:
     p = prepared(f"RETRIEVE (FILE = Census) ({AGGS})" + (" BY STATE" if by else ""))
-    merged = pp._Aggregates(p)
+    merged = aggregates.Aggregates(p)
     for backend_rows in split:
         for g in partial(backend_rows, by):
             merged.add(g)
@@ -82,12 +82,12 @@ def test_partial_aggregates_from_any_split_give_the_whole_answer(by: bool,
 @pytest.mark.parametrize("by", [True, False])
 def test_aggregates_of_no_records(by: bool) -> None:
     p = prepared(f"RETRIEVE (FILE = Census) ({AGGS})" + (" BY STATE" if by else ""))
-    assert pp._Aggregates(p).rows() == ([] if by else [[None, None, 0, None, None]])
+    assert aggregates.Aggregates(p).rows() == ([] if by else [[None, None, 0, None, None]])
 
 
 def test_the_by_column_keeps_its_place_among_the_targets() -> None:
     p = prepared("RETRIEVE (FILE = Census) (COUNT(POP), STATE) BY STATE")
-    merged = pp._Aggregates(p)
+    merged = aggregates.Aggregates(p)
     for g in partial(ROWS, True):
         merged.add(g)
     assert p.columns == ["COUNT(POP)", "STATE"]
@@ -158,14 +158,14 @@ SUM_AVG = "RETRIEVE (FILE = Census) (SUM(POP), AVG(AREA))"
 @pytest.mark.parametrize("by", [True, False])
 def test_every_group_a_backend_computes_is_fit_to_merge(by: bool) -> None:
     p = prepared(f"RETRIEVE (FILE = Census) ({AGGS})" + (" BY STATE" if by else ""))
-    merged = pp._Aggregates(p)
+    merged = aggregates.Aggregates(p)
     for g in partial(ROWS, by) + partial(ROWS[:1], by):
         assert merged.fault(g) == ""
     # A count may equal the group's records (every record has the attribute).
     p = prepared(SUM_AVG + (" BY STATE" if by else ""))
     key = "CA" if by else None
-    assert pp._Aggregates(p).fault(group([7, 2.5], [3, 3], 3, key)) == ""
-    assert pp._Aggregates(p).fault(group([None, None], [0, 0], 1, key)) == ""
+    assert aggregates.Aggregates(p).fault(group([7, 2.5], [3, 3], 3, key)) == ""
+    assert aggregates.Aggregates(p).fault(group([None, None], [0, 0], 1, key)) == ""
 
 
 @pytest.mark.parametrize("sums, counts, mins, maxs", [
@@ -174,13 +174,13 @@ def test_every_group_a_backend_computes_is_fit_to_merge(by: bool) -> None:
 def test_a_group_of_the_wrong_shape_is_refused_naming_its_shape(
         sums: int, counts: int, mins: int, maxs: int) -> None:
     g = group([1] * sums, [1] * counts, 1, mins=mins, maxs=maxs)
-    assert pp._Aggregates(prepared(SUM_AVG)).fault(g) == (
+    assert aggregates.Aggregates(prepared(SUM_AVG)).fault(g) == (
         f"a partial group of {sums} sums, {counts} counts, {mins} mins and {maxs} maxs "
         "for 2 aggregates")
 
 
 def test_a_group_counting_more_than_its_records_is_refused() -> None:
-    a = pp._Aggregates(prepared(SUM_AVG))
+    a = aggregates.Aggregates(prepared(SUM_AVG))
     assert a.fault(group([7, 2.5], [3, 4], 3)) == \
         "a partial group counting more than its 3 records"
     assert a.fault(group([7, 2.5], [3, 3], 3)) == ""
@@ -192,14 +192,15 @@ def test_a_group_counting_more_than_its_records_is_refused() -> None:
 ])
 def test_a_sum_that_is_no_finite_number_is_refused_naming_it(bad: object,
                                                              shown: str) -> None:
-    a = pp._Aggregates(prepared(SUM_AVG))
+    a = aggregates.Aggregates(prepared(SUM_AVG))
     for sums in ([bad, 2.5], [7, bad]):
         assert a.fault(group(sums, [1, 1], 1)) == f"a partial group whose sum is {shown}"
     assert a.fault(group([-7, 1e308], [1, 1], 1)) == ""
 
 
 def test_a_key_is_refused_only_for_a_request_without_by() -> None:
-    without, by = pp._Aggregates(prepared(SUM_AVG)), pp._Aggregates(prepared(SUM_AVG + " BY CITY"))
+    without = aggregates.Aggregates(prepared(SUM_AVG))
+    by = aggregates.Aggregates(prepared(SUM_AVG + " BY CITY"))
     keyed = group([7, 2.5], [1, 1], 1, "Monterey")
     assert without.fault(keyed) == "a partial group with a BY key for a request without BY"
     assert by.fault(keyed) == ""
@@ -214,7 +215,7 @@ def test_a_sum_beyond_64_bit_integers_aborts_the_unit_naming_its_item() -> None:
     big = 2**63 - 1
     p = prepared("RETRIEVE (FILE = Census) (COUNT(POP), SUM(POP)) BY STATE")
     for parts in ([big, 1], [-big, -2]):
-        merged = pp._Aggregates(p)
+        merged = aggregates.Aggregates(p)
         for s in parts:
             merged.add(group([None, s], [1, 1], 1, "CA"))
         with pytest.raises(TrafficUnitAborted) as e:
@@ -222,7 +223,7 @@ def test_a_sum_beyond_64_bit_integers_aborts_the_unit_naming_its_item() -> None:
         assert str(e.value) == "SUM(POP): a sum beyond 64-bit integers"
     # The bounds themselves fit.
     for parts, total in (([big - 1, 1], big), ([-big, -1], -big - 1)):
-        merged = pp._Aggregates(p)
+        merged = aggregates.Aggregates(p)
         for s in parts:
             merged.add(group([None, s], [1, 1], 1, "CA"))
         assert merged.rows() == [["CA", 2, total]]
@@ -231,7 +232,7 @@ def test_a_sum_beyond_64_bit_integers_aborts_the_unit_naming_its_item() -> None:
 def test_an_average_of_a_total_beyond_64_bits_is_still_an_average() -> None:
     """Only a SUM must fit in 64 bits: an AVG is a float, whatever its total."""
     p = prepared("RETRIEVE (FILE = Census) (AVG(POP), COUNT(POP))")
-    merged = pp._Aggregates(p)
+    merged = aggregates.Aggregates(p)
     for s in (2**63 - 1, 2**63 - 1):
         merged.add(group([s, None], [1, 1], 1))
     assert merged.rows() == [[float(2**63 - 1), 2]]
@@ -387,7 +388,7 @@ def test_an_integer_sum_in_halves_joins_exactly_and_only_the_total_must_fit() ->
     big = 2**63 - 1
     p = prepared("RETRIEVE (FILE = Census) (COUNT(POP), SUM(POP)) BY STATE")
     for parts, total in (([[big, 1], [-2]], big - 1), ([[-big - 1], [-1, -2, 2]], -big - 2)):
-        merged = pp._Aggregates(p)
+        merged = aggregates.Aggregates(p)
         for values in parts:
             high, low = halves(values)
             g = with_lows(group([None, high], [len(values)] * 2, len(values), "CA"),
@@ -423,7 +424,7 @@ def test_an_integer_sum_in_halves_joins_exactly_and_only_the_total_must_fit() ->
 ])
 def test_a_low_sum_that_does_not_fit_its_sum_is_refused(
         sums: list, lows: list, counts: list[int], why: str) -> None:
-    a = pp._Aggregates(prepared(SUM_AVG))
+    a = aggregates.Aggregates(prepared(SUM_AVG))
     assert a.fault(with_lows(group(sums, counts, 2), lows)) == why
 
 
@@ -432,7 +433,7 @@ def test_a_low_sum_that_does_not_fit_its_sum_is_refused(
 def test_a_float_sum_beyond_a_double_is_refused_naming_its_item(text: str, item: str) -> None:
     """Each backend's part fits a double, their total not: refused (as PostgreSQL does),
     never answered as infinity."""
-    merged = pp._Aggregates(prepared(text))
+    merged = aggregates.Aggregates(prepared(text))
     sums = [None, 1.5e308] if text == SUM_AVG else [1.5e308]
     for _ in range(2):
         g = group(sums, [1] * len(sums), 1)
@@ -450,7 +451,7 @@ def test_equal_numbers_of_two_types_merge_alike_whichever_part_comes_first(
     shown as the float, and of equal MIN and MAX candidates MIN takes the integer and MAX
     the float, in whatever order the backends' parts come."""
     second = 1.0 if type(first) is int else 1
-    merged = pp._Aggregates(prepared("RETRIEVE (FILE = Census) (MIN(POP), MAX(POP)) BY POP"))
+    merged = aggregates.Aggregates(prepared("RETRIEVE (FILE = Census) (MIN(POP), MAX(POP)) BY POP"))
     for v in (first, second):
         g = group([None, None], [1, 1], 1, v)
         to_pb(v, g.mins[0])
@@ -459,3 +460,23 @@ def test_equal_numbers_of_two_types_merge_alike_whichever_part_comes_first(
     [[key, least, most]] = merged.rows()
     assert (key, type(key), least, type(least), most, type(most)) == (
         1.0, float, 1, int, 1.0, float)
+
+
+@pytest.mark.parametrize("parts", [(2.0, 5), (5, 2.0), (2, 5.0), (5.0, 2)])
+def test_min_and_max_over_numbers_of_two_types_order_them_by_value(parts: tuple) -> None:
+    merged = aggregates.Aggregates(prepared("RETRIEVE (FILE = Census) (MIN(POP), MAX(POP))"))
+    for v in parts:
+        g = group([None, None], [1, 1], 1)
+        to_pb(v, g.mins[0])
+        to_pb(v, g.maxs[1])
+        merged.add(g)
+    assert merged.rows() == [[min(parts), max(parts)]]
+
+
+def test_a_row_pp_encodes_is_strict_json() -> None:
+    """Every sum is checked finite before its row is made: were one not, encoding it
+    fails rather than sending JSON no strict reader takes (`Infinity`)."""
+    assert pp._dumps([1, 2.5, "a", None]) == '[1,2.5,"a",null]'
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError):
+            pp._dumps([bad])

@@ -3,7 +3,7 @@ every backend's partial SUM, COUNT, MIN and MAX, never from the backends' own an
 
 from __future__ import annotations
 
-from controller import pp
+from controller import aggregates
 from mbds.proto import mbds_pb2 as pb
 from mbds.values import Value, to_pb
 from tests.inproc import census_iig, prepare
@@ -25,7 +25,7 @@ def partial(key: Value, pops: list[int]) -> pb.PartialGroup:
 
 def merged(text: str, backends: list[list[tuple[Value, list[int]]]]) -> list[list]:
     [p] = prepare(census_iig().directory, text)
-    aggs = pp._Aggregates(p)
+    aggs = aggregates.Aggregates(p)
     for groups in backends:
         for key, pops in groups:
             aggs.add(partial(key, pops))
