@@ -15,14 +15,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.reqp import OPS, Prepared
+from controller.reqp import OPS, ROW_AS_JSON, Prepared
 from mbds import columns
 from mbds.directory import Directory
 from mbds.errors import MbdsError, SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
-from mbds.service import MAX_LOAD_RECORDS
-from mbds.values import Value
+from mbds.service import MAX_LOAD_RECORDS, MESSAGE_BUDGET, too_large
+from mbds.values import Value, row_json_beyond
 
 # Batches of one load in flight at once: the next is checked, placed and sent while
 # the backends write the ones before it.
@@ -109,6 +109,7 @@ def prepare(directory: Directory, chunk: pb.LoadRequest) -> PreparedLoad:
         check(schema.by_name[name], col)
         wire[i] = col
     check(BODY, cols.bodies)
+    _rows_returnable(cols, len(names), first)
     if cols.cluster_ids:
         raise SemanticError("a load batch names no clusters: IIG places its records")
     in_order = names == [a.name for a in schema.attributes]
@@ -195,3 +196,16 @@ def _naming(failure: Exception, lost: range, after: list[range]) -> Exception:
     spans = ", ".join(f"{r.start}-{r.stop - 1}" for r in after)
     return type(failure)(f"{failure}; records {lost.start}-{lost.stop - 1} were not "
                          f"loaded, records {spans} (in flight beside them) were")
+
+
+def _rows_returnable(cols: pb.LoadColumns, width: int, first: int) -> None:
+    """Refuse a record a RETRIEVE could not return whole (`row_json_beyond`). A batch
+    whose bytes, six times over, stay under the limit holds none: only larger ones are
+    read record by record."""
+    if 6 * cols.ByteSize() + 25 * (width + 1) <= MESSAGE_BUDGET:
+        return
+    count = cols.count
+    decoded = [columns.decode(c, count) for c in (*cols.columns, cols.bodies)]
+    for i in range(count):
+        if size := row_json_beyond([c[i] for c in decoded], None, MESSAGE_BUDGET):
+            raise SemanticError(f"record {first + i}: {too_large(ROW_AS_JSON, size)}")

@@ -20,14 +20,16 @@ from mbds.directory import Directory
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
-from mbds.service import MAX_LOAD_RECORDS
+from mbds.service import MAX_LOAD_RECORDS, MESSAGE_BUDGET, too_large
 from mbds.traffic import RELOP_PB, predicate_count
-from mbds.values import Value, from_pb, to_pb
+from mbds.values import Value, from_pb, row_json_beyond, to_pb
 
 # What a client may send; each bound is refused with its limit named (docs/abdl.md, "Limits").
 # The characters of a request's or transaction's text outside record bodies: bodies are
 # data, bounded by gRPC's message size alone, while the rest costs a parse.
 MAX_TEXT = 1 << 20
+# A record refused when a RETRIEVE could not return it whole (`row_json_beyond`).
+ROW_AS_JSON = "the record as a RETRIEVE returns it (a row of JSON)"
 MAX_REQUESTS = 1000        # requests in one transaction
 # Predicates in one request: each deepens a backend's SQL condition by one level, and
 # SQLite refuses an expression deeper than 1000.
@@ -155,8 +157,10 @@ class Reqp:
                                                               None, schema.name)
                     except SemanticError as e:
                         raise SemanticError(f"record {r}: {e}") from None
-            inserts.append(PreparedInsert(schema.name, values,
-                                          row.body if row.HasField("body") else None))
+            body = row.body if row.HasField("body") else None
+            if size := row_json_beyond(values, body, MESSAGE_BUDGET):
+                raise SemanticError(f"record {r}: {too_large(ROW_AS_JSON, size)}")
+            inserts.append(PreparedInsert(schema.name, values, body))
         return Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name),
                         inserts=inserts)
 
@@ -250,6 +254,8 @@ class Reqp:
                 raise SemanticError(f"{_where(k.pos)}unknown attribute {shorten(k.attr)} in "
                                     f"file {schema.name}")
             values[schema.index[k.attr]] = check_value(a, k.value, k.pos, schema.name)
+        if size := row_json_beyond(values, r.body, MESSAGE_BUDGET):
+            raise SemanticError(f"{_where(r.pos)}{too_large(ROW_AS_JSON, size)}")
         req = pb.Request(op=pb.INSERT, file=schema.name)
         return Prepared("INSERT", req, inserts=[PreparedInsert(schema.name, values, r.body)])
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from mbds.errors import SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 
@@ -52,3 +54,26 @@ def from_pb(msg: pb.Value) -> Value:
     if kind is None:
         return None
     return getattr(msg, kind)
+
+
+# Control characters, dropped to count them: JSON writes each as up to six bytes.
+_NO_CONTROL = dict.fromkeys(range(32))
+
+
+def row_json_beyond(values: Iterable[Value], body: str | None, budget: int) -> int:
+    """An upper bound of the bytes a record takes as a JSON row (as `RETRIEVE (ALL)`
+    returns it), when that may pass `budget`; else 0. JSON writes `"` and `\\` as two
+    bytes and other control characters as up to six, so a record that travels in a
+    message may not come back in one. Exact counting only for records that could pass
+    it (six bytes a character), so a record of ordinary size costs a length each."""
+    fields = [*values, body]
+    if sum(6 * len(v) + 2 if isinstance(v, str) else 25 for v in fields) <= budget:
+        return 0
+    n = 0
+    for v in fields:
+        if isinstance(v, str):
+            n += (len(v.encode("utf-8", "surrogatepass")) + 2 + v.count('"') + v.count("\\")
+                  + 5 * (len(v) - len(v.translate(_NO_CONTROL))))
+        else:
+            n += 25                   # a number's digits, or null, and a comma
+    return n if n > budget else 0

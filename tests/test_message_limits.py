@@ -365,3 +365,36 @@ def test_descriptor_ids_no_message_carries_are_refused_by_name(monkeypatch) -> N
         return queued
 
     assert len(asyncio.run(broadcast())) == 1
+
+
+def test_a_record_that_could_not_be_returned_whole_is_refused(cluster: Running) -> None:
+    """35 MB of `"` travel in a message, but a row of JSON writes each as two bytes (70
+    MB): refused as an INSERT, as a load's record (columns and rows), naming the record
+    and changing nothing; 35 MB of other characters are stored and read back."""
+    c = cluster.client
+    quotes = '"' * 35 * MB
+    cases = [lambda: c.execute(f"INSERT (<FILE, WIDE>, <K, 1>) {{{quotes}}}"),
+             lambda: list(c.load("WIDE", ["K", "S"], [([1, "a"], None), ([2, quotes], None)])),
+             lambda: list(c.load("WIDE", ["K", "S"], [([3, "b"], quotes)]))]
+    for case, record in zip(cases, ("", "record 2: ", "record 1: "), strict=True):
+        with pytest.raises(ClientError) as e:
+            case()
+        assert e.value.code == "INVALID_ARGUMENT"
+        assert f"{record}the record as a RETRIEVE returns it (a row of JSON) is " \
+               "70,000,0" in str(e.value) and "more than a message may carry" in str(e.value)
+    [res] = c.execute("RETRIEVE (FILE = WIDE) (K)")     # the load's record before it
+    assert res.records == [{"K": 1}]
+    plain = "q" * 35 * MB
+    list(c.load("WIDE", ["K", "S"], [([4, plain], None)]))
+    [res] = c.execute("RETRIEVE ((FILE = WIDE) and (K = 4)) (ALL)")
+    assert [r["S"] == plain for r in res.records] == [True]
+    c.execute("DELETE (FILE = WIDE)")
+
+
+def test_a_row_s_json_bound_counts_what_escaping_adds() -> None:
+    from mbds.values import row_json_beyond
+    assert row_json_beyond([1, "x" * 1000, None], "b" * 1000, 10_000) == 0
+    assert row_json_beyond([1, '"' * 6000], None, 10_000) == 25 + 12_002 + 25
+    assert row_json_beyond(["\x01" * 2000], None, 10_000) == 12_002 + 25
+    assert row_json_beyond(["é" * 2000], "\\" * 2000, 8_000) == 4_002 + 4_002
+    assert row_json_beyond(["é" * 1000], None, 10_000) == 0     # 2,002 bytes
