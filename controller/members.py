@@ -109,7 +109,9 @@ class Members:
                 f"this cluster {'are' if len(missing) > 1 else 'is'} not among those met "
                 f"({shorten(', '.join(sorted(met)))}): each holds part of every cluster, so "
                 f"the controller does not serve without {'them' if len(missing) > 1 else 'it'}"
-                f" (the cluster's backends are listed in {self.path})")
+                f" (the cluster's backends are listed in {self.path}); start "
+                f"{'them' if len(missing) > 1 else 'it'} too (with compose: `up` with the "
+                "same `--scale backend=N` as before)")
 
     def admit(self, names: list[str]) -> None:
         """Keep `names` among the cluster's backends, durably before they serve."""

@@ -6,6 +6,9 @@
 #
 #   docker/install-compose-v2.sh [PLUGIN_DIR]   # default /usr/local/lib/docker/cli-plugins
 #
+# PLUGIN_DIR must be one docker looks in: ~/.docker/cli-plugins, $DOCKER_CONFIG/cli-plugins
+# or /usr/local/lib/docker/cli-plugins.
+#
 # Does nothing if `docker compose version` already works. Needs root for the default dir.
 set -euo pipefail
 
@@ -28,4 +31,9 @@ dpkg-deb -x "$tmp"/docker-compose_*.deb "$tmp/x"
 plugin="$tmp/x/usr/libexec/docker/cli-plugins/docker-compose"
 [[ -x $plugin ]] || { echo "install-compose-v2.sh: no plugin binary in the package" >&2; exit 1; }
 install -D -m 0755 "$plugin" "$dest/docker-compose"
-docker compose version
+docker compose version || {
+  echo "install-compose-v2.sh: installed in $dest, where docker does not look for plugins:" \
+       "give ~/.docker/cli-plugins, \$DOCKER_CONFIG/cli-plugins or" \
+       "/usr/local/lib/docker/cli-plugins" >&2
+  exit 1
+}

@@ -217,6 +217,8 @@ def test_a_controller_missing_a_backend_of_its_cluster_does_not_serve(
     assert out.returncode == 1, out.stderr
     assert out.stderr.startswith("error: backend b1 of this cluster is not among those "
                                  "met (b0)"), out.stderr
+    assert out.stderr.rstrip().endswith("; start it too (with compose: `up` with the same "
+                                        "`--scale backend=N` as before)"), out.stderr
     r.cluster.restart_controller()
     [res] = r.client.execute("RETRIEVE (FILE = Census) (COUNT(CITY))")
     assert res.records == [{"COUNT(CITY)": 1}]
