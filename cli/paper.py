@@ -53,7 +53,8 @@ def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk
             if not append and (held := P.held(c)):
                 fail(f"file {P.FILE} already holds {held:,} records: a second load would "
                      f"add {total:,} more, and Table 2 counts those of one load; load into "
-                     "a cluster started on an empty --data-dir, or give --append")
+                     "a cluster started on an empty --data-dir (compose: after `down -v`), "
+                     "or give --append")
             done = track_load(c.load(P.FILE, P.ATTRIBUTES,
                                      P.records(scale, multi, record_bytes), chunk=chunk),
                               total, load_progress(total, progress))

@@ -454,10 +454,11 @@ def test_mbds_load_paper_shows_its_progress(cluster_factory) -> None:
     assert run.exit_code == 0, run.output
     assert "1000/1000" in run.stderr and "loaded 1000 records into PAPER" in run.stdout
     again = CliRunner().invoke(cli, ["load", "paper", "--controller", r.cluster.address])
-    assert again.exit_code == 1 and (
-        "error: file PAPER already holds 1,000 records: a second load would add 1,000 more, "
-        "and Table 2 counts those of one load; load into a cluster started on an empty "
-        "--data-dir, or give --append") in again.stderr, again.output
+    assert again.exit_code == 1, again.output
+    assert ("error: file PAPER already holds 1,000 records: a second load would add 1,000 "
+            "more, and Table 2 counts those of one load; load into a cluster started on an "
+            "empty --data-dir (compose: after `down -v`), or give --append"
+            ) in again.stderr, again.output
     assert paper_db.held(r.client) == 1000
     quiet = CliRunner().invoke(cli, ["load", "paper", "--controller", r.cluster.address,
                                      "--no-progress", "--append"])
