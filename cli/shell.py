@@ -2,17 +2,20 @@
 
 Enter runs the request once its brackets and quotes are balanced; until then it
 starts a new line, so a long RETRIEVE or a transaction can be typed over
-several lines. Ctrl-C while a request runs cancels it and the prompt comes back.
-Input that is not a terminal is read as a script: each request runs once balanced.
+several lines. Ctrl-C while a request runs cancels it and the prompt comes back;
+at the prompt it discards what was typed, as psql's does. Input that is not a terminal
+is read as a script: each request runs once balanced, comments and blank lines alone
+are skipped, and a request that fails is named by the line it starts on.
 Backslash commands answer the first questions as psql's do
 (`help`, `\\d`, `\\d FILE`), from the controller's Status.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import click
@@ -33,12 +36,14 @@ HELP = """Type an ABDL request or a [transaction; ...]; Enter runs it when balan
   \\s          the backends and whether each is up
   help, \\?    this help (also \\h)
   \\q          quit (also quit, exit, Ctrl-D)
-Ctrl-C while a request runs cancels it."""
+Ctrl-C while a request runs cancels it; at the prompt it discards what was typed."""
 HELP_WORDS = ("help", "\\?", "\\h")
 
 
 # The exit code of a script stopped by --on-error-stop, psql's for ON_ERROR_STOP.
 STOPPED_ON_ERROR = 3
+# Text that is only whitespace and -- comments: nothing to send.
+NOTHING = re.compile(r"(?:\s+|--[^\n]*)*")
 
 
 @click.command()
@@ -74,16 +79,23 @@ def run_shell(address: str, on_error_stop: bool = False) -> None:
                                            multiline=True, key_bindings=kb)
     console.print(f"connected to {address}. Type help for help.")
     with Client(address) as client:
-        while True:
-            try:
-                text = session.prompt("mbds> ", prompt_continuation="  ... ").strip()
-            except (EOFError, KeyboardInterrupt):
-                break
-            if not text:
-                continue
-            if text in ("\\q", "quit", "exit"):
-                break
-            answer(client, text)
+        prompt_loop(client, lambda: session.prompt("mbds> ", prompt_continuation="  ... "))
+
+
+def prompt_loop(client: Client, prompt: Callable[[], str]) -> None:
+    """Read and answer until \\q or Ctrl-D; Ctrl-C discards what was typed."""
+    while True:
+        try:
+            text = prompt().strip()
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            break
+        if NOTHING.fullmatch(text):
+            continue
+        if text in ("\\q", "quit", "exit"):
+            break
+        answer(client, text)
 
 
 def run_script(address: str, lines: Iterable[str], on_error_stop: bool = False) -> bool:
@@ -92,27 +104,32 @@ def run_script(address: str, lines: Iterable[str], on_error_stop: bool = False) 
     editing; it ends at the end of the input or at \\q. A request that fails is named
     and the next one runs, as psql does with a script; with `on_error_stop` the script
     stops there instead, and False is returned."""
-    pending = ""
+    pending, start = "", 0
     with Client(address) as client:
-        for line in lines:
+        for n, line in enumerate(lines, 1):
+            if not pending and NOTHING.fullmatch(line):
+                continue            # a blank or comment line between requests
+            if not pending:
+                start = n
             pending = f"{pending}\n{line.rstrip()}" if pending else line.strip()
             text = pending.strip()
             if text in ("\\q", "quit", "exit"):
                 pending = ""
                 break
-            if text and (text.startswith("\\") or text.lower() in HELP_WORDS
-                         or _complete(text)):
+            if text.startswith("\\") or text.lower() in HELP_WORDS or _complete(text):
                 pending = ""
-                if not answer(client, text) and on_error_stop:
+                if not answer(client, text, f"line {start} of the input: ") \
+                        and on_error_stop:
                     return False
         if pending.strip():
-            return answer(client, pending.strip()) or not on_error_stop
+            return answer(client, pending.strip(), f"line {start} of the input: ") \
+                or not on_error_stop
     return True
 
 
-def answer(client: Client, text: str) -> bool:
+def answer(client: Client, text: str, where: str = "") -> bool:
     """Run one line's request or command and show what it gives, or why it failed
-    (False)."""
+    (False), after `where` it came from."""
     try:
         text = utf8(text, "the line")
         if text.lower() in HELP_WORDS:
@@ -123,7 +140,7 @@ def answer(client: Client, text: str) -> bool:
             for r in execute_cancellable(client, text):
                 render_result(r)
     except (NotUtf8, ClientError) as e:
-        console.print(f"error: {e}", style="red", markup=False, highlight=False)
+        console.print(f"error: {where}{e}", style="red", markup=False, highlight=False)
         return False
     return True
 

@@ -40,7 +40,7 @@ def test_shell_multiline_request_and_table(cluster_factory, tmp_path) -> None:
         child.expect(r"\.\.\.")
         child.send("(POP > 100)) (CITY, POP)\r")
         child.expect("Monterey")
-        child.expect("clusters examined")
+        child.expect("examined")
         child.send("RETRIEVE (FILE = Nowhere) (CITY)\r")
         child.expect("unknown file NOWHERE")
         child.send("\\q\r")
@@ -102,7 +102,7 @@ def test_help_and_describe_commands(cluster_factory, tmp_path) -> None:
         child.send("\\x\r")
         child.expect(r"error: unknown command \\x; help lists the commands")
         child.send("RETRIEVE (FILE = Census) (COUNT(CITY))\r")  # requests still run
-        child.expect("clusters examined")
+        child.expect("examined")
         child.send("\\q\r")
         child.expect(pexpect.EOF)
     finally:
@@ -195,3 +195,56 @@ def test_input_that_is_not_a_terminal_runs_as_a_script(cluster_factory, tmp_path
     assert "unknown file NOWHERE" in out.stdout and "STATES" not in out.stdout   # no \d
     [res] = r.client.execute("RETRIEVE (FILE = Census) (COUNT(CITY))")
     assert res.records == [{"COUNT(CITY)": 2}]              # the INSERT ran again, once
+
+
+def test_a_script_skips_comment_lines_and_names_where_a_request_failed(cluster_factory,
+                                                                       tmp_path) -> None:
+    """Lines of -- comments alone are never sent (with --on-error-stop they stopped the
+    script); a failed request is named by the input line it starts on."""
+    import subprocess
+    r = cluster_factory(1)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>)")
+    script = ("-- the cities\n"
+              "RETRIEVE (FILE = Census) (CITY)\n"
+              "   -- an indented comment\n"
+              "\n"
+              "RETRIEVE ((FILE = Census) and  -- a comment inside a request\n"
+              "  (POP > 100)) (CITY, POP)\n"
+              "RETRIEVE ((FILE = Census) and\n"
+              "  (POP > 1)) (CTY)\n"
+              "-- the end\n")
+    out = subprocess.run([sys.executable, "-m", "mbds", "shell", "--controller",
+                          r.cluster.address, "--on-error-stop"], input=script,
+                         capture_output=True, text=True,
+                         env={"HOME": str(tmp_path), "COLUMNS": "200"}, timeout=60)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert out.stdout.count("Monterey") == 2 and "25000" in out.stdout, out.stdout
+    errors = [line for line in out.stdout.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith("error: line 7 of the input: line 2, "
+                                                     "column "), out.stdout
+    assert errors[0].endswith("unknown attribute CTY in CENSUS"), out.stdout
+
+
+def test_ctrl_c_at_the_prompt_discards_what_was_typed(cluster_factory, tmp_path) -> None:
+    """As psql's: the shell stays, with a fresh prompt; a comment alone sends nothing."""
+    r = cluster_factory(1)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>)")
+    child = spawn_shell(r.cluster.address, tmp_path)
+    try:
+        child.expect("mbds>")
+        child.send("RETRIEVE ((FILE = Nowhere) and\r")      # unbalanced: a new line
+        child.expect(r"\.\.\.")
+        child.sendintr()
+        child.expect("mbds>")
+        child.send("-- only a comment\r")
+        child.expect("mbds>")
+        child.send("RETRIEVE (FILE = Census) (CITY)\r")
+        child.expect("Monterey")
+        child.send("\\q\r")
+        child.expect(pexpect.EOF)
+        assert "NOWHERE" not in child.before and "error" not in child.before, child.before
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
