@@ -125,7 +125,8 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
                     run: Callable[[Prepared], AsyncIterator[pb.ExecuteReplies]],
                     window: int = WINDOW) -> AsyncIterator[pb.ExecuteReplies]:
     """Each chunk checked as it comes, then its traffic unit run with up to `window` in
-    flight; replies in order.
+    flight; replies in order, each batch's as soon as it is done (not held until the
+    next chunk comes: a slow source's batches are acknowledged as they are stored).
 
     A refused chunk is refused before any later one is taken, so the batches
     acknowledged are the load's first ones. A batch that fails at the backends changes
@@ -142,8 +143,31 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
     lost = range(0)
     after: list[range] = []          # loaded after the failed batch, in flight beside it
     rows = 0                         # records of the load's chunks of rows so far
+    source = aiter(chunks)
+    coming: asyncio.Future[pb.LoadRequest] | None = None      # the next chunk, read
     try:
-        async for chunk in chunks:
+        while True:
+            if coming is None and len(pending) < window:
+                coming = asyncio.ensure_future(anext(source))
+            await asyncio.wait([x for x in (coming, pending[0][0] if pending else None)
+                                if x is not None], return_when=asyncio.FIRST_COMPLETED)
+            if pending and pending[0][0].done():
+                task, records = pending.popleft()
+                try:
+                    for reply in task.result():
+                        yield reply
+                except Exception as e:      # aborted: stop taking batches
+                    failure, lost = e, records
+                    break
+                continue
+            if coming is None or not coming.done():
+                continue
+            try:
+                chunk = coming.result()
+            except StopAsyncIteration:
+                coming = None
+                break
+            coming = None
             try:
                 first = rows + 1     # a chunk of rows is numbered by those before it
                 p = check(chunk, first)
@@ -152,16 +176,6 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
                 failure = e
                 break
             pending.append((asyncio.create_task(one(p)), _records(chunk, first)))
-            while pending and (len(pending) >= window or pending[0][0].done()):
-                task, records = pending.popleft()
-                try:
-                    for reply in await task:
-                        yield reply
-                except Exception as e:      # aborted: stop taking batches
-                    failure, lost = e, records
-                    break
-            if failure is not None:
-                break
         while pending:
             task, records = pending.popleft()
             try:
@@ -175,6 +189,8 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
         if failure is not None:
             raise _naming(failure, lost, after)
     finally:
+        if coming is not None:
+            coming.cancel()
         for task, _ in pending:         # the client went away: each unit aborts (PP)
             task.cancel()
 

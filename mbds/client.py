@@ -207,8 +207,10 @@ class Client:
         traffic unit, stored on every backend or on none. A value the wire cannot carry
         (an integer beyond 64 bits, say) or a record no message can carry ends the stream
         before its batch is sent and is raised here, named: batches acknowledged before
-        it stay loaded, as with any refused batch. An exception `rows` raises cancels the
-        load (the batches in flight with it) and is raised here as it was raised."""
+        it stay loaded, as with any refused batch. An exception `rows` raises ends the
+        input there: the batches sent are answered (yielded), then it is raised here as
+        it was raised, so what was yielded is what is stored. A controller that owes an
+        answer and stays silent for `timeout` + 5 s fails the load (DEADLINE_EXCEEDED)."""
         refused: list[str] = []
         failed: list[Exception] = []
 
@@ -216,23 +218,67 @@ class Client:
                  ) -> Iterator[tuple[Sequence[Value], str | None]]:
             try:
                 yield from rows
-            except Exception as e:     # gRPC would report it only as "iterating requests"
+            except Exception as e:     # raised in gRPC's thread it would cancel the call
                 failed.append(e)
-                raise
 
         self._check_open()
-        batches = load_requests(file, attributes, kept(rows), chunk, refused)
+        owed = _Owed(self.timeout + 5)
         try:
-            for batch in self.stub.Load(batches, timeout=max(self.timeout, 3600)):
+            replies = self.stub.Load(
+                owed.sending(load_requests(file, attributes, kept(rows), chunk, refused)),
+                timeout=max(self.timeout, 3600))
+            owed.watch(replies)
+            for batch in replies:
                 for reply in batch.replies:
                     if reply.WhichOneof("body") == "done":
+                        owed.answered += 1
+                        owed.reading = False        # the caller's time is not silence
                         yield reply.done
+                        owed.resume()
         except (grpc.RpcError, ValueError) as e:
+            if owed.expired.is_set():
+                raise _deadline(self.timeout) from None
             if failed:
                 raise failed[0] from None
             raise self._failed(e) from None
+        finally:
+            owed.over.set()
+        if failed:
+            raise failed[0]
         if refused:
             raise ClientError("INVALID_ARGUMENT", refused[0])
+
+
+class _Owed:
+    """A load's batches sent and not yet answered. While the controller owes an answer
+    and the caller is reading, a watchdog cancels the call once it has been silent for
+    `limit` s (a load has no deadline of its own: it may run for hours)."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.sent = self.answered = 0
+        self.since = time.monotonic()       # of the silence the watchdog measures
+        self.reading = True
+        self.expired, self.over = threading.Event(), threading.Event()
+
+    def sending(self, batches: Iterator[pb.LoadRequest]) -> Iterator[pb.LoadRequest]:
+        for batch in batches:
+            if self.sent == self.answered:
+                self.since = time.monotonic()   # owed from now
+            self.sent += 1
+            yield batch
+
+    def resume(self) -> None:
+        self.reading, self.since = True, time.monotonic()
+
+    def watch(self, call: Any) -> None:
+        def run() -> None:
+            while not self.over.wait(1.0):
+                if self.reading and self.sent > self.answered and \
+                        time.monotonic() - self.since > self.limit:
+                    _expire(call, self.expired)
+                    return
+        threading.Thread(target=run, name="mbds-load-watch", daemon=True).start()
 
 
 class Session:

@@ -165,20 +165,48 @@ def test_a_load_that_fails_at_the_backends_names_the_records_loaded_after_it() -
     async def run(p: Any) -> AsyncIterator[pb.ExecuteReplies]:
         await asyncio.sleep(0)
         if p.batch.first == 11:
+            await asyncio.sleep(0.2)    # the others are taken meanwhile, up to the window
             raise TrafficUnitAborted("traffic unit aborted: backend b1: disk full")
         yield pb.ExecuteReplies(replies=[pb.ExecuteReply(done=pb.RequestDone())])
 
-    async def drain() -> int:
-        n = 0
+    acknowledged: list[int] = []
+
+    async def drain() -> None:
         async for _ in load.pipelined(feed(), lambda c, first: prepare(c), run, window=4):
-            n += 1
-        return n
+            acknowledged.append(1)
 
     with pytest.raises(TrafficUnitAborted) as err:
         asyncio.run(drain())
     assert str(err.value) == ("traffic unit aborted: backend b1: disk full; records 11-20 "
-                              "were not loaded, records 21-30, 31-40 (in flight beside "
-                              "them) were")
+                              "were not loaded, records 21-30, 31-40, 41-50 (in flight "
+                              "beside them) were")
+    assert len(acknowledged) == 4           # the first batch, and the three beside
+
+
+def test_a_batch_is_acknowledged_as_soon_as_it_is_stored_while_the_next_is_awaited(
+        ) -> None:
+    """A slow source (the next chunk comes only once the first is acknowledged) is not
+    held up: each batch's answer goes out when its unit is done."""
+    chunks = [chunk([census_row(i) for i in range(10)], first=1 + 10 * k) for k in range(2)]
+    first_answered = asyncio.Event()
+
+    async def feed() -> AsyncIterator[pb.LoadRequest]:
+        yield chunks[0]
+        await first_answered.wait()
+        yield chunks[1]
+
+    async def run(p: Any) -> AsyncIterator[pb.ExecuteReplies]:
+        yield pb.ExecuteReplies(replies=[pb.ExecuteReply(done=pb.RequestDone())])
+
+    async def drain() -> int:
+        n = 0
+        async with asyncio.timeout(10):
+            async for _ in load.pipelined(feed(), lambda c, first: prepare(c), run, window=4):
+                n += 1
+                first_answered.set()
+        return n
+
+    assert asyncio.run(drain()) == 2
 
 
 # ------------------------------------------------------------- IIG, per batch --
@@ -376,22 +404,28 @@ def test_a_refused_batch_changes_no_data_and_names_its_record(cluster_factory) -
     assert not {(x[1], x[2]) for x in here} & {(row[0], row[1]) for row in rows[1000:1250]}
 
 
-def test_an_exception_of_the_records_source_is_raised_as_it_was(cluster_factory) -> None:
-    """The records' own generator failing mid-load cancels the load and reaches the
-    caller as itself (not as gRPC's "Exception iterating requests!"); no record of the
-    batch it broke is stored."""
-    r = cluster_factory(1)
+@pytest.mark.parametrize("n", [1, 2])
+def test_an_exception_of_the_records_source_ends_the_input_and_is_raised_as_it_was(
+        cluster_factory, n: int) -> None:
+    """The records' own generator failing mid-load ends the input there: the batches
+    sent (the records it gave, the last batch short) are answered, so what was
+    acknowledged is exactly what is stored, and then the failure reaches the caller as
+    itself (not as gRPC's "Exception iterating requests!")."""
+    r = cluster_factory(n)
     r.client.define(CENSUS_YAML)
 
     def rows() -> Iterator[tuple[list, None]]:
-        for i in range(300):
-            if i == 120:
+        for i in range(5000):
+            if i == 2120:
                 raise KeyError("the source's own failure")
             yield census_row(i), None
 
+    acknowledged = 0
     with pytest.raises(KeyError, match="the source's own failure"):
-        list(r.client.load("CENSUS", ATTRS, rows(), chunk=250))
-    assert [x for recs in stored(r).values() for x in recs] == []
+        for done in r.client.load("CENSUS", ATTRS, rows(), chunk=250):
+            acknowledged += done.stats.records_retrieved
+    here = [x for recs in stored(r).values() for x in recs]
+    assert acknowledged == len(here) == 2120
 
 
 def test_a_batch_a_backend_fails_lands_on_no_backend(cluster_factory) -> None:

@@ -156,3 +156,48 @@ def test_an_async_client_made_before_its_loop_runs_works_on_that_loop(cluster_fa
     with pytest.raises(ClientError) as got:
         asyncio.run(main())
     assert got.value.code == "FAILED_PRECONDITION" and "another event loop" in str(got.value)
+
+
+def test_a_load_whose_controller_goes_silent_fails_after_its_timeout(cluster_factory) -> None:
+    """A load has no deadline of its own (it may run for hours), but a controller that
+    owes it an answer and says nothing for timeout + 5 s fails it, as it fails a request,
+    instead of leaving it waiting."""
+    from tests.test_bulk_load import ATTRS, census_row
+    r = census(cluster_factory)
+    go = threading.Event()
+
+    def rows():
+        for i in range(500):
+            if i == 250:
+                go.wait(60)             # the second batch only once the controller is held
+            yield census_row(i), None
+
+    client = Client(r.cluster.address, timeout=1.0)
+    acks: list[int] = []
+    failed: list[ClientError] = []
+
+    def run() -> None:
+        try:
+            for done in client.load("CENSUS", ATTRS, rows(), chunk=250):
+                acks.append(done.stats.records_retrieved)
+        except ClientError as e:
+            failed.append(e)
+
+    loading = threading.Thread(target=run)
+    loading.start()
+    controller = r.cluster.controller
+    assert controller is not None
+    try:
+        deadline = time.monotonic() + 30
+        while not acks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert acks == [250]
+        controller.popen.send_signal(signal.SIGSTOP)
+        go.set()
+        loading.join(60)
+    finally:
+        controller.popen.send_signal(signal.SIGCONT)
+        go.set()
+    assert not loading.is_alive()
+    assert [e.code for e in failed] == ["DEADLINE_EXCEEDED"], failed
+    client.close()
