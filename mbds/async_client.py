@@ -38,7 +38,9 @@ class AsyncClient:
     many sessions can watch them all with one timer instead of one per request.
 
     The channel opens at first use, on the event loop running then (a client may be
-    made before the loop runs), and serves that loop only.
+    made before the loop runs), and serves that loop only. Close it (`await close()`,
+    or `async with`): unlike the synchronous client, one dropped unclosed keeps its
+    session, and the controller's side of it, until its event loop ends.
     """
 
     def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
@@ -117,9 +119,10 @@ class AsyncClient:
         self._in_use = True
         ended = answered = False
         try:
-            await self._send(request)
+            session = await self._send(request)
             while True:
-                batch = await self._session.read()
+                # The call written to, not `_session`: close() may drop that meanwhile.
+                batch = await session.read()
                 if batch is grpc.aio.EOF:
                     raise _closed()
                 ended, answered = batch.end, True
@@ -142,8 +145,9 @@ class AsyncClient:
                 self._session.cancel()
                 self._session = None
 
-    async def _send(self, request: pb.ExecuteRequest) -> None:
-        """Write `request` on the session, opening one if there is none or it has ended.
+    async def _send(self, request: pb.ExecuteRequest) -> Any:
+        """Write `request` on the session, opening one if there is none or it has ended;
+        returns the session's call.
 
         A kept session can be dead without its call knowing yet (the controller
         restarted since its last answer: grpc.aio learns it only when a write fails,
@@ -161,9 +165,9 @@ class AsyncClient:
                     self._session.cancel()
                 self._session = self.stub.Session()
                 self.sessions_opened += 1
+            session = self._session
             try:
-                await self._session.write(request)
-                return
+                await session.write(request)
             except (grpc.RpcError, asyncio.InvalidStateError) as e:
                 if self._session is not None:
                     self._session.cancel()
@@ -172,6 +176,10 @@ class AsyncClient:
                     raise closed_under_way() from None
                 if fresh:
                     raise _unsent(e) from None
+                continue
+            if self.closed:         # closed while the request was written
+                raise closed_under_way()
+            return session
 
     async def _call(self, text: str) -> AsyncIterator[pb.ExecuteReplies]:
         try:

@@ -17,6 +17,7 @@ import grpc
 
 from mbds import tls
 from mbds.columns import load_requests
+from mbds.errors import shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
 from mbds.replies import (
@@ -66,7 +67,11 @@ def open_channel(api: Any, address: str, ca: str | Path | None, token: str | Non
 
 def dial(api: Any, address: str, creds: grpc.ChannelCredentials | None,
          channel_options: Sequence[tuple[str, Any]]) -> Any:
-    """`open_channel` with the credentials already made (None: plaintext)."""
+    """`open_channel` with the credentials already made (None: plaintext). A port past
+    65535 is refused: gRPC would dial it modulo 65536."""
+    port = address.rpartition(":")[2]
+    if port.isdigit() and int(port) > 65535:
+        raise ClientError("INVALID_ARGUMENT", f"{shorten(address)}: a port is at most 65535")
     options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
     return (api.secure_channel(address, creds, options=options) if creds
             else api.insecure_channel(address, options=options))

@@ -124,3 +124,19 @@ def test_a_request_the_controller_may_have_run_is_not_sent_again(cluster_factory
             assert sorted(x["CITY"] for x in after.records) == ["u0", "u1"]
             assert c.sessions_opened == 2
     asyncio.run(run())
+
+
+def test_a_client_closed_while_a_request_is_written_names_it(address: str) -> None:
+    """close() while a request is on its way onto the session: that request raises
+    CANCELLED, named as a close, never an error from inside the client."""
+    async def run() -> None:
+        c = AsyncClient(address)
+        await c.execute("RETRIEVE (FILE = Census) (CITY)")     # the session is open
+        writing = asyncio.create_task(c.execute("RETRIEVE (FILE = Census) (CITY)"))
+        await asyncio.sleep(0)                                  # awaiting its write
+        await c.close()
+        with pytest.raises(ClientError) as err:
+            await writing
+        assert err.value.code == "CANCELLED", err.value
+
+    asyncio.run(run())

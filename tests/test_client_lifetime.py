@@ -201,3 +201,10 @@ def test_a_load_whose_controller_goes_silent_fails_after_its_timeout(cluster_fac
     assert not loading.is_alive()
     assert [e.code for e in failed] == ["DEADLINE_EXCEEDED"], failed
     client.close()
+
+
+def test_a_port_past_65535_is_refused_not_dialled_modulo() -> None:
+    with pytest.raises(ClientError) as err:
+        Client("127.0.0.1:99999")
+    assert (err.value.code, str(err.value)) == (
+        "INVALID_ARGUMENT", "127.0.0.1:99999: a port is at most 65535")
