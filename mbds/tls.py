@@ -213,6 +213,13 @@ def client_credentials(ca: Path, token: str | None) -> grpc.ChannelCredentials:
     except OSError as e:
         raise TlsError(f"cannot read the cluster's CA {ca}: {e.strerror}") from None
     if token:
+        # Sent as gRPC metadata, which takes printable ASCII only: any other character
+        # would fail every call as UNAVAILABLE ("Illegal metadata"), as if the
+        # controller were gone.
+        bad = next((c for c in token if not " " <= c <= "~"), None)
+        if bad is not None:
+            raise TlsError(f"the token holds {bad!r}: a token is printable ASCII "
+                           "(`mbds certs --tokens` makes them)")
         creds = grpc.composite_channel_credentials(
             creds, grpc.access_token_call_credentials(token))
     return creds

@@ -236,3 +236,17 @@ def test_plaintext_is_refused_off_loopback_and_tokens_need_tls(tmp_path: Path) -
               "--data-dir", str(tmp_path / "c"), "--tokens", str(tokens),
               "--tls-dir", str(tmp_path / "tls"))
     assert out.returncode == 1 and "line 1: expected `read TOKEN` or `write TOKEN`" in out.stderr
+
+
+@pytest.mark.parametrize("token, bad", [("with\nnewline", "\n"), ("naïve-token", "ï"),
+                                        ("tab\there", "\t")])
+def test_a_token_grpc_metadata_cannot_carry_is_refused_when_the_client_is_made(
+        tmp_path: Path, token: str, bad: str) -> None:
+    """Not left to fail every call as UNAVAILABLE, as if the controller were gone."""
+    from mbds.client import Client, ClientError
+    tls.make(tmp_path / "tls")
+    for make in (Client, AsyncClient):
+        with pytest.raises(ClientError) as err:
+            make("127.0.0.1:1", ca=tmp_path / "tls" / "ca.pem", token=token)
+        assert err.value.code == "INVALID_ARGUMENT"
+        assert str(err.value).startswith(f"the token holds {bad!r}: a token is printable")
