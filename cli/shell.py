@@ -129,9 +129,9 @@ def run_script(address: str, lines: Iterable[str], on_error_stop: bool = False) 
 
 def answer(client: Client, text: str, where: str = "") -> bool:
     """Run one line's request or command and show what it gives, or why it failed
-    (False), after `where` it came from."""
+    (False), after `where` it came from ("line 7 of the input: ")."""
     try:
-        text = utf8(text, "the line")
+        text = utf8(text, where.removesuffix(": ") or "the line")
         if text.lower() in HELP_WORDS:
             console.print(HELP, markup=False, highlight=False)
         elif text.startswith("\\"):
@@ -140,7 +140,8 @@ def answer(client: Client, text: str, where: str = "") -> bool:
             for r in execute_cancellable(client, text):
                 render_result(r)
     except (NotUtf8, ClientError) as e:
-        console.print(f"error: {where}{e}", style="red", markup=False, highlight=False)
+        said = f"error: {e}" if isinstance(e, NotUtf8) else f"error: {where}{e}"
+        console.print(said, style="red", markup=False, highlight=False, soft_wrap=True)
         return False
     return True
 

@@ -93,7 +93,7 @@ def test_the_shell_reading_a_pipe_names_the_bad_line_and_goes_on(address: str,
                        capture_output=True, timeout=120, env={"HOME": str(tmp_path)})
     out = (r.stdout + r.stderr).decode("utf-8", "replace")
     assert r.returncode == 0 and "Traceback" not in out, out
-    assert (f"error: the line is not valid UTF-8 (byte 0xff at position "
+    assert (f"error: line 1 of the input is not valid UTF-8 (byte 0xff at position "
             f"{len(BAD_REQUEST) - 1})") in out
     assert "Monterey" in out
 

@@ -1,4 +1,5 @@
-"""`mbds shell` driven through a real pseudo-terminal, as a person would type."""
+"""`mbds shell` driven through a real pseudo-terminal, as a person would type; its
+prompt loop and script reader also without one, over a stand-in client."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from cli import describe
-from cli.shell import _complete
+from cli import describe, shell
+from cli.shell import _complete, prompt_loop, run_script
+from mbds.client import ClientError
 from tests.conftest import CENSUS_YAML
 
 
@@ -27,6 +29,7 @@ def test_enter_runs_only_balanced_input() -> None:
     assert _complete("INSERT (<FILE, Census>, <CITY, a>) {a body with ) and ' and \\} in it}")
     assert not _complete("INSERT (<FILE, Census>, <CITY, a>) {a body that goes on")
     assert _complete("RETRIEVE (CITY = 'unclosed")      # sent: the server names it
+    assert _complete("-- a comment alone, (unclosed")   # sent, for the loop to drop
 
 
 def test_shell_multiline_request_and_table(cluster_factory, tmp_path) -> None:
@@ -248,3 +251,105 @@ def test_ctrl_c_at_the_prompt_discards_what_was_typed(cluster_factory, tmp_path)
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+
+
+class FakeClient:
+    """Stands in for `mbds.client.Client`: notes each request sent, and refuses one
+    naming CTY as the controller would."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def __enter__(self) -> FakeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def execute(self, text: str) -> list:
+        self.sent.append(text)
+        if "CTY" in text:
+            raise ClientError("INVALID_ARGUMENT", "line 2, column 17: unknown attribute CTY "
+                                                  "in CENSUS")
+        return []
+
+    def cancel(self) -> None:
+        pass
+
+
+def fake_client(monkeypatch) -> FakeClient:
+    client = FakeClient()
+    monkeypatch.setattr(shell, "Client", lambda _address: client)
+    return client
+
+
+def prompts(*answers: str | BaseException):
+    """A prompt giving each answer in turn, or raising it: what a person types, Ctrl-C
+    (KeyboardInterrupt) or Ctrl-D (EOFError)."""
+    left = list(answers)
+
+    def prompt() -> str:
+        answer = left.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+    return prompt
+
+
+def test_comments_alone_are_never_sent(monkeypatch) -> None:
+    """In a script, lines of -- comments alone are skipped (before this, --on-error-stop
+    stopped at the first); one inside a request is sent with it, for the lexer. At the
+    prompt a comment alone is dropped as an empty line is."""
+    client = fake_client(monkeypatch)
+    script = ["-- the cities\n",
+              "RETRIEVE (FILE = Census) (CITY)\n",
+              "   -- an indented comment\n",
+              "\n",
+              "RETRIEVE ((FILE = Census) and  -- a comment inside a request\n",
+              "-- a comment between its lines\n",
+              "  (CITY = '-- a string, not a comment')) (CITY)\n",
+              "-- the end\n"]
+    assert run_script("nowhere", script, on_error_stop=True)
+    assert client.sent == ["RETRIEVE (FILE = Census) (CITY)",
+                           "RETRIEVE ((FILE = Census) and  -- a comment inside a request\n"
+                           "-- a comment between its lines\n"
+                           "  (CITY = '-- a string, not a comment')) (CITY)"]
+    client.sent.clear()
+    prompt_loop(client, prompts("-- a comment", "-- two\n  -- comments", "  ", EOFError()))
+    assert client.sent == []
+
+
+def test_a_script_names_the_line_a_failed_request_starts_on(monkeypatch, capsys) -> None:
+    """`line N of the input: ` before the server's message, which names the place
+    inside the request; the next request still runs. Not at the prompt."""
+    client = fake_client(monkeypatch)
+    script = ["RETRIEVE (FILE = Census) (CITY)\n",
+              "\n",
+              "RETRIEVE ((FILE = Census) and\n",
+              "  (POP > 1)) (CTY)\n",
+              "RETRIEVE (FILE = Census) (CITY)\n",
+              "RETRIEVE ((FILE = Census) and\n",      # unbalanced at the end: sent as it is
+              "  (POP > 1)) (CTY\n"]
+    assert run_script("nowhere", script)
+    assert len(client.sent) == 4
+    out = " ".join(capsys.readouterr().out.split())         # as rich wrapped it, unwrapped
+    assert out == ("error: line 3 of the input: line 2, column 17: unknown attribute CTY in "
+                   "CENSUS error: line 6 of the input: line 2, column 17: unknown attribute "
+                   "CTY in CENSUS"), out
+    prompt_loop(client, prompts("RETRIEVE ((FILE = Census) and\n  (POP > 1)) (CTY)",
+                                EOFError()))
+    out = " ".join(capsys.readouterr().out.split())
+    assert out == "error: line 2, column 17: unknown attribute CTY in CENSUS", out
+
+
+def test_ctrl_c_at_the_prompt_loop_discards_and_prompts_again() -> None:
+    """Ctrl-C at the prompt (KeyboardInterrupt from it) gives a fresh prompt, as psql's;
+    Ctrl-D, \\q, quit and exit leave."""
+    client = FakeClient()
+    prompt_loop(client, prompts(KeyboardInterrupt(), "RETRIEVE (FILE = Census) (CITY)",
+                                KeyboardInterrupt(), KeyboardInterrupt(), EOFError()))
+    assert client.sent == ["RETRIEVE (FILE = Census) (CITY)"]
+    for leave in ("\\q", "quit", "exit", EOFError()):
+        prompt = prompts(KeyboardInterrupt(), leave, "RETRIEVE (FILE = Census) (CITY)")
+        prompt_loop(client, prompt)
+        assert len(client.sent) == 1                        # left before the request
