@@ -40,6 +40,7 @@ DEFAULT_CONTROLLER = os.environ.get("MBDS_CONTROLLER", "127.0.0.1:50051")
 # Records per bulk-load batch (one traffic unit): large enough that the cost per unit
 # (commit, placement, messages) is small beside the records' own.
 LOAD_CHUNK = 10_000
+STATUS_TIMEOUT = 10.0
 
 
 def _credentials(ca: str | Path | None, token: str | None) -> grpc.ChannelCredentials | None:
@@ -195,10 +196,13 @@ class Client:
             raise self._failed(e) from None
 
     def status(self, file: str = "") -> pb.StatusReply:
-        """The cluster's state and every file's definition; with `file`, its descriptors."""
+        """The cluster's state and every file's definition; with `file`, its descriptors.
+        Within the client's timeout, and 10 s at most: it asks the backends only whether
+        they are up."""
         self._check_open()
         try:
-            return self.stub.Status(pb.StatusRequest(file=file), timeout=10)
+            return self.stub.Status(pb.StatusRequest(file=file),
+                                    timeout=min(self.timeout, STATUS_TIMEOUT))
         except (grpc.RpcError, ValueError) as e:
             raise self._failed(e) from None
 

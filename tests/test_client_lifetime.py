@@ -208,3 +208,21 @@ def test_a_port_past_65535_is_refused_not_dialled_modulo() -> None:
         Client("127.0.0.1:99999")
     assert (err.value.code, str(err.value)) == (
         "INVALID_ARGUMENT", "127.0.0.1:99999: a port is at most 65535")
+
+
+def test_status_asks_within_the_client_s_timeout_and_ten_seconds_at_most() -> None:
+    """It asks the backends only whether they are up: a held controller fails it at the
+    client's timeout when that is shorter, and at 10 s when it is longer."""
+    asked: list[float] = []
+
+    class Stub:
+        def Status(self, request: object, timeout: float) -> str:
+            asked.append(timeout)
+            return "status"
+
+    for timeout, used in ((1.0, 1.0), (120.0, 10.0)):
+        client = Client("127.0.0.1:1", timeout=timeout)
+        client.stub = Stub()  # type: ignore[assignment]
+        assert client.status() == "status"
+        client.close()
+        assert asked[-1] == used
