@@ -49,7 +49,8 @@ def _error(e: grpc.RpcError) -> ClientError:
         # What a port serving TLS does to a plaintext connection, in gRPC's words.
         details += (" (if the controller serves TLS, the client needs the cluster's CA: "
                     "--ca or env MBDS_CA)")
-    elif e.code() == grpc.StatusCode.UNAVAILABLE and details.endswith("Connection refused"):
+    elif e.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
+        # gRPC's socket engines word it "… Connection refused" or "… (111)".
         details += (" (is a controller running there? `mbds up` starts one; --controller "
                     "or env MBDS_CONTROLLER gives another address)")
     return ClientError(e.code().name, details)
