@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import NoReturn
 
@@ -10,13 +9,14 @@ import click
 
 from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
+from mbds.service import port_beyond
 
 
 def port_in_range(ctx: click.Context | None, param: click.Parameter | None,
                   address: str) -> str:
-    """HOST:PORT with a port gRPC can reach: it would take 99999 as 99999 mod 65536."""
-    if (m := re.search(r":(\d+)$", address)) and not 1 <= int(m[1]) <= 65535:
-        raise click.BadParameter(f"{address}: the port must be 1 to 65535")
+    """A usage error before anything runs, where the client would refuse it later."""
+    if port_beyond(address):
+        raise click.BadParameter(f"{address}: a port is at most 65535")
     return address
 
 

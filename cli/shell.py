@@ -42,8 +42,9 @@ HELP_WORDS = ("help", "\\?", "\\h")
 
 # The exit code of a script stopped by --on-error-stop, psql's for ON_ERROR_STOP.
 STOPPED_ON_ERROR = 3
-# Text that is only whitespace and -- comments: nothing to send.
-NOTHING = re.compile(r"(?:\s+|--[^\n]*)*")
+# Text that is only whitespace and -- comments: nothing to send. Possessive, as the
+# lexer's: a nested `\s+` would backtrack exponentially on an indented request.
+NOTHING = re.compile(r"(?:\s++|--[^\n]*+)*+")
 
 
 @click.command()

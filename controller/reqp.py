@@ -144,6 +144,9 @@ class Reqp:
             raise SemanticError(f"a load batch of {len(chunk.records):,} records: a batch "
                                 f"holds 1 to {MAX_LOAD_RECORDS:,}")
         inserts = []
+        # As for columns (`load._rows_returnable`): only a chunk whose bytes, six times
+        # over, pass the limit can hold a record no row of JSON carries.
+        measured = 6 * chunk.ByteSize() + 25 * (len(names) + 1) > MESSAGE_BUDGET
         for r, row in enumerate(chunk.records, start=first):
             if len(row.values) != len(names):
                 raise SemanticError(f"record {r}: {len(row.values)} values for "
@@ -158,7 +161,7 @@ class Reqp:
                     except SemanticError as e:
                         raise SemanticError(f"record {r}: {e}") from None
             body = row.body if row.HasField("body") else None
-            if size := row_json_beyond(values, body, MESSAGE_BUDGET):
+            if measured and (size := row_json_beyond(values, body, MESSAGE_BUDGET)):
                 raise SemanticError(f"record {r}: {too_large(ROW_AS_JSON, size)}")
             inserts.append(PreparedInsert(schema.name, values, body))
         return Prepared("INSERT", pb.Request(op=OPS["INSERT"], file=schema.name),

@@ -33,7 +33,7 @@ from mbds.replies import (
     closed_under_way,
     collect,
 )
-from mbds.service import MAX_MESSAGE
+from mbds.service import MAX_MESSAGE, port_beyond
 from mbds.values import Value
 
 DEFAULT_CONTROLLER = os.environ.get("MBDS_CONTROLLER", "127.0.0.1:50051")
@@ -68,10 +68,8 @@ def open_channel(api: Any, address: str, ca: str | Path | None, token: str | Non
 
 def dial(api: Any, address: str, creds: grpc.ChannelCredentials | None,
          channel_options: Sequence[tuple[str, Any]]) -> Any:
-    """`open_channel` with the credentials already made (None: plaintext). A port past
-    65535 is refused: gRPC would dial it modulo 65536."""
-    port = address.rpartition(":")[2]
-    if port.isdigit() and int(port) > 65535:
+    """`open_channel` with the credentials already made (None: plaintext)."""
+    if port_beyond(address):
         raise ClientError("INVALID_ARGUMENT", f"{shorten(address)}: a port is at most 65535")
     options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
     return (api.secure_channel(address, creds, options=options) if creds

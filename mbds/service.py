@@ -104,11 +104,17 @@ class ListenError(Exception):
     """A server could not bind the address it was given."""
 
 
+def port_beyond(address: str) -> bool:
+    """Whether HOST:PORT names a port past 65535, which gRPC would take modulo 65536
+    (99999 as 34463) without a word."""
+    port = address.rpartition(":")[2]
+    return port.isdigit() and int(port) > 65535
+
+
 def listen_on(server: grpc.aio.Server, address: str, what: str,
               credentials: grpc.ServerCredentials | None = None) -> int:
     """Bind `address` (TLS with `credentials`, else plaintext); the port bound."""
-    port = address.rpartition(":")[2]
-    if port.isdigit() and int(port) > 65535:   # gRPC would bind it modulo 65536
+    if port_beyond(address):
         raise ListenError(f"{what} cannot listen on {address}: a port is at most 65535")
     try:
         return (server.add_secure_port(address, credentials) if credentials is not None

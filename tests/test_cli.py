@@ -268,7 +268,7 @@ def test_a_metrics_port_in_use_is_named_without_a_traceback(tmp_path: Path) -> N
     (["up", "--port", "99999"], "'--port': 99999 is not in the range 0<=x<=65535"),
     (["up", "--backends", "0"], "'--backends': 0 is not in the range x>=1"),
     (["exec", "--controller", "127.0.0.1:99999", "RETRIEVE (FILE = F) (A)"],
-     "'--controller': 127.0.0.1:99999: the port must be 1 to 65535"),
+     "'--controller': 127.0.0.1:99999: a port is at most 65535"),
     (["controller", "--listen", "127.0.0.1:70000", "--backends", "127.0.0.1:1",
       "--data-dir", "{tmp}"], "cannot listen on 127.0.0.1:70000: a port is at most 65535")])
 def test_a_port_out_of_range_is_refused_by_name(tmp_path: Path, args: list[str],

@@ -369,7 +369,7 @@ def test_descriptor_ids_no_message_carries_are_refused_by_name(monkeypatch) -> N
 
 def test_a_record_that_could_not_be_returned_whole_is_refused(cluster: Running) -> None:
     """35 MB of `"` travel in a message, but a row of JSON writes each as two bytes (70
-    MB): refused as an INSERT, as a load's record (columns and rows), naming the record
+    MB): refused as an INSERT, as a load's record (a value or a body), naming the record
     and changing nothing; 35 MB of other characters are stored and read back."""
     c = cluster.client
     quotes = '"' * 35 * MB
@@ -398,3 +398,22 @@ def test_a_row_s_json_bound_counts_what_escaping_adds() -> None:
     assert row_json_beyond(["\x01" * 2000], None, 10_000) == 12_002 + 25
     assert row_json_beyond(["é" * 2000], "\\" * 2000, 8_000) == 4_002 + 4_002
     assert row_json_beyond(["é" * 1000], None, 10_000) == 0     # 2,002 bytes
+
+
+def test_a_load_of_rows_refuses_a_record_no_row_of_json_carries() -> None:
+    """The same check for a load sent as rows (`Reqp.prepare_load`), where only a chunk
+    whose bytes could hold such a record is measured record by record."""
+    from controller.reqp import Reqp
+    from mbds.errors import SemanticError
+    from tests.inproc import census
+    reqp = Reqp(census()[0])
+
+    def rows(*cities: str) -> pb.LoadRequest:
+        return pb.LoadRequest(file="CENSUS", attributes=["CITY"], records=[
+            pb.Row(values=[pb.Value(s=c)]) for c in cities])
+
+    assert len(reqp.prepare_load(rows("a", "q" * 35 * MB), first=7).inserts) == 2
+    with pytest.raises(SemanticError) as e:
+        reqp.prepare_load(rows("a", '"' * 35 * MB), first=7)
+    assert str(e.value).startswith("record 8: the record as a RETRIEVE returns it (a row "
+                                   "of JSON) is 70,000,")

@@ -202,8 +202,9 @@ def test_input_that_is_not_a_terminal_runs_as_a_script(cluster_factory, tmp_path
 
 def test_a_script_skips_comment_lines_and_names_where_a_request_failed(cluster_factory,
                                                                        tmp_path) -> None:
-    """Lines of -- comments alone are never sent (with --on-error-stop they stopped the
-    script); a failed request is named by the input line it starts on."""
+    """Lines of -- comments alone are never sent (sent, each would fail, and stop a
+    script run with --on-error-stop); a failed request is named by the input line it
+    starts on."""
     import subprocess
     r = cluster_factory(1)
     r.client.define(CENSUS_YAML)
@@ -297,9 +298,9 @@ def prompts(*answers: str | BaseException):
 
 
 def test_comments_alone_are_never_sent(monkeypatch) -> None:
-    """In a script, lines of -- comments alone are skipped (before this, --on-error-stop
-    stopped at the first); one inside a request is sent with it, for the lexer. At the
-    prompt a comment alone is dropped as an empty line is."""
+    """In a script, lines of -- comments alone are skipped (sent, each would fail the
+    script under --on-error-stop); one inside a request is sent with it, for the lexer.
+    At the prompt a comment alone is dropped as an empty line is."""
     client = fake_client(monkeypatch)
     script = ["-- the cities\n",
               "RETRIEVE (FILE = Census) (CITY)\n",
@@ -317,6 +318,20 @@ def test_comments_alone_are_never_sent(monkeypatch) -> None:
     client.sent.clear()
     prompt_loop(client, prompts("-- a comment", "-- two\n  -- comments", "  ", EOFError()))
     assert client.sent == []
+
+
+def test_an_indented_request_is_sent_without_backtracking(monkeypatch) -> None:
+    """Telling a request from a line of nothing but blanks and comments takes one pass:
+    a pattern that backtracked over every split of the indent would take 2^n steps on
+    a request indented n spaces (holding the GIL: asked in a process of its own)."""
+    import subprocess
+    client = fake_client(monkeypatch)
+    assert run_script("nowhere", [" " * 8 + "RETRIEVE (FILE = Census) (CITY)\n"])
+    assert client.sent == ["RETRIEVE (FILE = Census) (CITY)"]
+    code = ("from cli.shell import NOTHING\n"
+            "assert NOTHING.fullmatch(' ' * 200 + 'RETRIEVE') is None\n"
+            "assert NOTHING.fullmatch(' ' * 200 + '-- a\\n' * 50)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 
 
 def test_a_script_names_the_line_a_failed_request_starts_on(monkeypatch, capsys) -> None:
