@@ -78,6 +78,13 @@ class IdExchange:
         """A peer's ids for a unit. They may come before the unit itself, even before this
         backend's bus hello: they are checked against the unit's share once it is known
         (`stranger`, `gather`)."""
+        if msg.from_index in st.peer_ids:
+            # A backend sends its share of a unit once: a second is not kept (its room
+            # would be a flood's), and the unit fails, the sender's word being in doubt.
+            st.bad_ids = st.bad_ids or (f"descriptor ids from backend index {msg.from_index} "
+                                        "sent twice")
+            wake(st)
+            return
         st.peer_ids[msg.from_index] = list(msg.results)
         if st.config is not None and not st.bad_ids:
             # The unit's share is known: ids from a backend it does not wait for fail it

@@ -42,13 +42,15 @@ from mbds.directory import Directory
 from mbds.errors import shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
-from mbds.service import MAX_BACKEND_NAME
+from mbds.service import MAX_BACKEND_NAME, MAX_MESSAGE
 
 log = logging.getLogger("mbds.backend")
 
-# Units a peer's ids may name before their traffic unit comes here: more is no peer
-# running ahead of this backend but a flood, refused (`on_peer_ids`).
+# Units a peer's ids may name before their traffic unit comes here, and the bytes of ids
+# kept for them: more is no peer running ahead of this backend but a flood, refused
+# (`on_peer_ids`). The bytes are room for two of the largest messages.
 MAX_UNARRIVED = 4096
+MAX_UNARRIVED_BYTES = 2 * MAX_MESSAGE
 
 
 class BackendNode:
@@ -89,6 +91,7 @@ class BackendNode:
         self._stage2_task = asyncio.create_task(self._stage2_loop())
         self.metrics_port = 0
         self.unarrived = 0          # states made by peer ids, counted again when at the bound
+        self.unarrived_bytes = 0    # their ids' bytes, likewise
 
     def state(self, key: tuple[str, int], *, arriving: bool = False) -> TuState:
         """The unit's state; `arriving` when its traffic unit itself has come."""
@@ -197,17 +200,36 @@ class BackendNode:
 
     def on_peer_ids(self, msg: pb.DescriptorIds) -> None:
         key = (msg.epoch, msg.seq)
-        if key not in self.tus:
+        st = self.tus.get(key)
+        if st is None:
             if msg.epoch == self.config.epoch and msg.seq <= self.last_seq:
                 return              # late ids of a unit that ran here already: nothing waits
-            self.unarrived = sum(1 for st in self.tus.values() if st.tu is None) \
+            self.unarrived = sum(1 for s in self.tus.values() if s.tu is None) \
                 if self.unarrived >= MAX_UNARRIVED else self.unarrived + 1
             if self.unarrived > MAX_UNARRIVED:
                 raise check.BadMessage(
                     f"descriptor ids for more than {MAX_UNARRIVED} units that have not come "
                     f"here (unit {shorten(msg.epoch, 40)}/{msg.seq}): refused")
+            st = self.state(key)
+        if st.tu is None:           # kept until the unit comes: bounded in bytes too
+            self._keep_early(st, msg)
         with self._h("dm.descriptor_ids"):
-            self.exchange.received(self.state(key), msg)
+            self.exchange.received(st, msg)
+
+    def _keep_early(self, st: TuState, msg: pb.DescriptorIds) -> None:
+        size = msg.ByteSize()
+        if self.unarrived_bytes + size > MAX_UNARRIVED_BYTES:
+            # Counted again from the states still waiting: those that came or expired
+            # meanwhile give their room back.
+            self.unarrived_bytes = sum(s.early_bytes for s in self.tus.values()
+                                       if s.tu is None)
+            if self.unarrived_bytes + size > MAX_UNARRIVED_BYTES:
+                raise check.BadMessage(
+                    f"descriptor ids of more than {MAX_UNARRIVED_BYTES >> 20} MiB for units "
+                    f"that have not come here (unit {shorten(msg.epoch, 40)}/{msg.seq}): "
+                    "refused")
+        st.early_bytes += size
+        self.unarrived_bytes += size
 
     def on_abort(self, seq: int, reason: str) -> None:
         st = self.tus.get((self.config.epoch, seq))

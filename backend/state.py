@@ -78,6 +78,7 @@ class TuState:
     peer_ids: dict[int, list[pb.PredicateDescriptors]] = field(default_factory=dict)
     peers_in: asyncio.Future[None] | None = None
     bad_ids: str = ""                  # why ids that came for it are not its senders'
+    early_bytes: int = 0               # of the ids kept before the unit itself came
     config: BusConfig | None = None    # the bus's, when its share was worked out
     found: DescriptorResults = field(default_factory=dict)
     searched: int = -1                 # the directory's generation at descriptor search

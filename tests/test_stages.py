@@ -274,3 +274,54 @@ def test_ids_that_come_before_the_bus_hello_are_kept_for_their_unit(tmp_path: Pa
         node.writer.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_ids_kept_for_units_not_yet_come_are_bounded_in_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One unit not yet come, named by messages from ever new senders, is no flood by the
+    count of units: the bytes kept for such units are bounded too. Past the bound the
+    ids are refused, naming it; once the units come, their room is given back."""
+    import backend.node
+
+    monkeypatch.setattr(backend.node, "MAX_UNARRIVED_BYTES", 4 << 20, raising=False)
+
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=2)
+        node.exchange.timeout = 30
+        big = pb.DescriptorIds(epoch="e", seq=1)
+        big.results.add(predicate_index=1, descriptor_ids=range(1, 200_001))
+        sent = 0
+        with pytest.raises(BadMessage, match=r"^descriptor ids of more than 4 MiB for units "
+                           r"that have not come here \(unit e/1\): refused$"):
+            for sender in range(2, 100):
+                big.from_index = sender
+                node.on_peer_ids(big)
+                sent += 1
+        assert 0 < sent * big.ByteSize() <= 4 << 20 < (sent + 1) * big.ByteSize()
+        # Unit 1 comes (its ids are strangers': it fails) and gives its room back.
+        await node.on_traffic_unit(_unit(1, split=True), bus)
+        seq, error = await _error(bus)
+        assert seq == 1 and "descriptor ids from backend index 2" in error
+        big.seq, big.from_index = 2, 1
+        node.on_peer_ids(big)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_second_message_of_ids_from_one_sender_fails_its_unit(tmp_path: Path) -> None:
+    """A backend sends its share of a unit once: a second message is not kept (each would
+    take room) and the unit fails naming the sender; the bus goes on."""
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=2)
+        node.exchange.timeout = 30
+        node.on_peer_ids(_peer_ids(1))
+        node.on_peer_ids(_peer_ids(1))
+        await node.on_traffic_unit(_unit(1, split=True), bus)
+        seq, error = await _error(bus)
+        assert (seq, error) == (1, "backend b0: refused: descriptor ids from backend index "
+                                   "1 sent twice")
+        await _served(node, bus, 2)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
