@@ -36,9 +36,10 @@ from mbds.service import TOLD_EVERY
 
 log = logging.getLogger("mbds.controller")
 
-# Decisions written on the event loop between two checkpoints (each writes a page or
-# two of WAL): about SQLite's own default of 1000 pages.
-CHECKPOINT_EVERY = 500
+# Decisions written on the event loop between two checkpoints (each writes about four
+# pages of WAL): a WAL of under 2 MB. A checkpoint copies each page once however many
+# decisions rewrote it, so checkpointing often costs little.
+CHECKPOINT_EVERY = 100
 
 
 class PresumedAborted(Exception):
@@ -52,6 +53,9 @@ class Decisions(EpochLog):
         self.conn = sqlite3.connect(str(path) if path is not None else ":memory:",
                                     isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
+        # What a run before left in the WAL goes into the file first: a WAL that filled
+        # the disk must not keep this run from writing its epoch.
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         self.conn.execute(f"PRAGMA synchronous={synchronous}")
         self.path = path
         self.inline = synchronous.upper() in ("OFF", "NORMAL", "0", "1")
@@ -118,16 +122,19 @@ class Decisions(EpochLog):
         except Exception as e:  # the decision is not taken: its unit aborts
             log.error("the decision log failed: %s", e)
             self.carried.put_back(told)
+            self._written(failed=True)
             raise
         metrics.child(metrics.COMMIT_GROUP, "").observe(1 + len(drops))
         self.logged[key] = set(participants)
         self._written()
 
-    def _written(self) -> None:
-        """A transaction written on the event loop: every CHECKPOINT_EVERY, a checkpoint."""
+    def _written(self, failed: bool = False) -> None:
+        """A transaction written on the event loop: every CHECKPOINT_EVERY, a checkpoint;
+        after a failed one too, as a full WAL is what a checkpoint empties."""
         if self._unchecked is not None:
             self._unchecked += 1
-            if self._unchecked >= CHECKPOINT_EVERY and self._checkpointing is None:
+            if (failed or self._unchecked >= CHECKPOINT_EVERY) and \
+                    self._checkpointing is None:
                 self._unchecked = 0
                 self._checkpointing = asyncio.get_running_loop().run_in_executor(
                     self._io, self._checkpoint)
@@ -135,10 +142,14 @@ class Decisions(EpochLog):
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the file (and sync both) in the log's thread, on a connection
-        of its own, so that the event loop never waits for the disk."""
+        of its own, so that the event loop does not wait for the disk while it is copied.
+        The WAL then starts again from nothing (TRUNCATE), the write lock held only for
+        the frames written meanwhile: the log is written all the time, so a checkpoint
+        alone never finds it quiet, and it would grow until the disk is full."""
         if self._checkpoint_conn is None:
             self._checkpoint_conn = sqlite3.connect(str(self.path), check_same_thread=False)
         self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self._checkpoint_conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def _checkpointed(self, done: asyncio.Future[None]) -> None:
         self._checkpointing = None
@@ -242,6 +253,7 @@ class Decisions(EpochLog):
             except Exception as e:
                 log.warning("writing what the backends carried out failed: %s", e)
                 self.carried.put_back(told)
+                self._written(failed=True)
                 continue
             self._written()
 

@@ -226,6 +226,56 @@ def test_decisions_written_on_the_loop_reach_the_main_file_by_checkpoints(
     asyncio.run(run())
 
 
+def test_the_wal_of_decisions_written_without_a_pause_starts_again(tmp_path: Path) -> None:
+    """Decisions come all the time, also while the thread checkpoints: the WAL must still
+    start again from nothing after a checkpoint, or it grows until the disk is full and
+    no unit can commit (a PASSIVE checkpoint alone never finds it quiet)."""
+    path = tmp_path / "decisions.db"
+    wal = Path(f"{path}-wal")
+
+    async def run() -> None:
+        d = Decisions(path, "NORMAL")
+        for seq in range(1, 6 * decisions.CHECKPOINT_EVERY + 1):
+            await d.commit(("e", seq), ["b0", "b1"])
+            d.forgotten(("e", seq), "b0")
+            d.forgotten(("e", seq), "b1")
+            await asyncio.sleep(0)
+        if d._checkpointing is not None:
+            await d._checkpointing
+        # Six checkpoints' worth was written; what is left is what came after the last
+        # one began (each decision writes about four pages).
+        assert wal.stat().st_size <= decisions.CHECKPOINT_EVERY * 5 * 4096, wal.stat()
+        await d.close()
+
+    asyncio.run(run())
+
+
+def test_a_wal_left_by_an_earlier_run_goes_into_the_file_at_open(tmp_path: Path) -> None:
+    """A run that ended without a checkpoint (killed) leaves its WAL: the next one empties
+    it into the file before it writes, so a WAL that filled the disk frees it."""
+    path = tmp_path / "decisions.db"
+    wal = Path(f"{path}-wal")
+    asyncio.run(_made(path))
+    earlier = sqlite3.connect(path, isolation_level=None)      # kept open: no checkpoint
+    earlier.execute("PRAGMA wal_autocheckpoint=0")             # at its close either
+    for seq in range(2000):
+        earlier.execute("INSERT INTO decisions VALUES ('old', ?, '[\"b0\"]')", (seq,))
+    assert wal.stat().st_size > 1 << 20
+
+    async def run() -> None:
+        d = Decisions(path, "NORMAL")
+        assert wal.stat().st_size == 0
+        assert len(d.logged) == 2000
+        await d.close()
+
+    asyncio.run(run())
+    earlier.close()
+
+
+async def _made(path: Path) -> None:
+    await Decisions(path, "NORMAL").close()
+
+
 def test_a_unit_framed_as_bytes_parses_as_the_message_built_field_by_field() -> None:
     """The bus frames a unit the same for every backend once as bytes and adds its seq
     and directory entries: the backend must read exactly the unit PP meant."""
