@@ -311,11 +311,14 @@ class Inbox:
             # would hold its locks until the controller restarted.
             log.error("after the commit decision of traffic unit %d: %s", self.seq, e)
         for i, link in enumerate(voted):
-            if link.up:            # one that is not resolves the unit when it rejoins
-                link.send(pb.BusMessage(commit=pb.Commit(seq=self.seq)))
-            if i == 0 and faults.armed("controller.mid_commit"):
-                await asyncio.sleep(0.5)     # the first Commit is on its way
-                faults.hit("controller.mid_commit")
+            try:
+                if link.up:        # one that is not resolves the unit when it rejoins
+                    link.send(pb.BusMessage(commit=pb.Commit(seq=self.seq)))
+                if i == 0 and faults.armed("controller.mid_commit"):
+                    await asyncio.sleep(0.5)     # the first Commit is on its way
+                    faults.hit("controller.mid_commit")
+            except Exception as e:  # the other voters are told all the same
+                log.error("after the commit decision of traffic unit %d: %s", self.seq, e)
 
     def abort(self, reason: str) -> None:
         """Roll the unit back on every backend whose bus is open, unless it is being

@@ -154,15 +154,17 @@ def test_a_controller_crashing_after_its_decision_commits_the_unit_on_its_return
     assert prepared_left(r) == NOWHERE
 
 
-def test_an_error_after_the_decision_still_commits_the_unit_everywhere(cluster_factory
-                                                                        ) -> None:
-    """Anything that fails once the decision is on disk (the point's `error`) is logged,
-    and Commit still goes to every backend: the client is told the unit committed, it is
-    everywhere, and no backend holds its locks (the next request is answered)."""
+@pytest.mark.parametrize("point", ["controller.after_decision", "controller.mid_commit"])
+def test_an_error_after_the_decision_still_commits_the_unit_everywhere(cluster_factory,
+                                                                        point: str) -> None:
+    """Anything that fails once the decision is on disk (the point's `error`: before the
+    first Commit, or after it) is logged, and Commit still goes to every backend: the
+    client is told the unit committed, it is everywhere, and no backend holds its locks
+    (the next request is answered)."""
     r = cluster_factory(3)
     r.client.define(CENSUS_YAML)
     r.cluster.controller.kill()
-    r.cluster.restart_controller(env={"MBDS_FAULTS": "controller.after_decision=error"})
+    r.cluster.restart_controller(env={"MBDS_FAULTS": f"{point}=error"})
     r.client.execute(UNIT)
     [res] = r.client.execute("RETRIEVE (FILE = Census) (COUNT(CITY))")
     assert res.records[0]["COUNT(CITY)"] > 0
@@ -170,7 +172,7 @@ def test_an_error_after_the_decision_still_commits_the_unit_everywhere(cluster_f
     assert prepared_left(r) == NOWHERE
     assert r.cluster.controller is not None
     r.cluster.controller.stop()
-    assert any("after the commit decision of traffic unit" in line
+    assert any("after the commit decision of traffic unit" in line and point in line
                for line in r.cluster.controller.tail), r.cluster.controller.tail
 
 
