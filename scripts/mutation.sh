@@ -54,6 +54,17 @@ backend.recp_write.x_insert__*|tests/test_recp.py"
   "plancache|backend/plancache.py|backend.plancache.*|tests/test_plan_cache.py \
 --deselect tests/test_plan_cache.py::test_repeated_requests_see_every_new_cluster_through_the_real_system"
   "exchange|backend/exchange.py|backend.exchange.*|tests/test_stages.py tests/test_exchange.py"
+  "undo|backend/undo.py|backend.undo.*|tests/test_commit_parts.py tests/test_recp.py \
+tests/test_rowids.py \
+--deselect tests/test_rowids.py::test_an_aborted_delete_does_not_overwrite_an_insert_made_meanwhile \
+tests/test_decision_log.py::test_a_backend_keeps_the_highest_seq_it_committed_of_its_latest_epochs \
+tests/test_decision_log.py::test_a_file_made_before_one_phase_seqs_were_kept_is_upgraded"
+  "check|backend/check.py|backend.check.*|tests/test_exchange.py tests/test_stages.py \
+tests/test_plan_cache.py tests/test_mutants_exchange.py tests/test_stale_peer_ids.py \
+--deselect tests/test_plan_cache.py::test_repeated_requests_see_every_new_cluster_through_the_real_system \
+tests/test_bulk_load.py::test_the_backend_checks_a_batch_per_column \
+tests/test_bulk_load.py::test_the_backend_names_a_bad_record_of_a_split_batch_by_its_share \
+tests/test_bulk_load.py::test_the_backend_stores_every_column_kind_as_sent"
   "metrics|mbds/metrics.py|mbds.metrics.*|\
 tests/test_fixed_cost.py::test_light_metrics_expose_what_prometheus_clients_own_would \
 tests/test_fixed_cost.py::test_a_metric_child_is_made_once_and_counts_where_labels_would \
