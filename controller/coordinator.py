@@ -255,7 +255,9 @@ class Coordinator:
 
     async def define(self, text: str) -> Defined:
         self._serving()
-        schemas = parse_definition(text)
+        # A large definition takes seconds of CPU to read (docs/abdl.md): read in a thread,
+        # so that other clients are answered meanwhile.
+        schemas = await asyncio.to_thread(parse_definition, text)
         async with self._defining:       # one at a time: IIG sees only adopted files
             await self.membership.ensure_up()
             before = {s.name: self.directory.files.get(s.name) for s in schemas}

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
+from google.protobuf.descriptor import Descriptor  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from controller.coordinator import STALLED_READER, Coordinator
@@ -65,6 +70,146 @@ class ControllerServicer(rpc.ControllerServicer):
         return out
 
 
+# Fields of a message that does not parse looked at for the string that is not UTF-8,
+# at most: beyond them its error is protobuf's (a 64 MiB load chunk holds millions).
+MAX_FIELDS_SEARCHED = 100_000
+MAX_NESTING_SEARCHED = 8
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while data[i] & 0x80:              # IndexError past the end: a message cut short
+        value |= (data[i] & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if shift > 63:
+            raise ValueError("varint too long")
+    return value | data[i] << shift, i + 1
+
+
+def _not_utf8(data: bytes, message: Descriptor, name: str, fields: Iterator[int],
+              depth: int = 0) -> str | None:
+    """Which string field of a message's bytes is not UTF-8, and its first bad byte; None
+    when none is, or the bytes go wrong before one is found."""
+    i = 0
+    try:
+        while i < len(data) and next(fields) < MAX_FIELDS_SEARCHED:
+            key, i = _varint(data, i)
+            wire, field = key & 7, message.fields_by_number.get(key >> 3)
+            if wire == 0:
+                i = _varint(data, i)[1]
+            elif wire in (1, 5):
+                i += 8 if wire == 1 else 4
+            elif wire != 2:            # a group, or no wire type at all
+                return None
+            else:
+                size, i = _varint(data, i)
+                part, i = data[i:i + size], i + size
+                where = f"{name}.{field.name}" if field is not None else ""
+                if field is not None and field.type == field.TYPE_STRING:
+                    try:
+                        part.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        return (f"{where} is not valid UTF-8 (byte 0x{part[e.start]:02x} at "
+                                f"position {e.start})")
+                elif field is not None and field.type == field.TYPE_MESSAGE \
+                        and depth < MAX_NESTING_SEARCHED:
+                    found = _not_utf8(part, field.message_type, where, fields, depth + 1)
+                    if found:
+                        return found
+    except (IndexError, ValueError):
+        return None
+    return None
+
+
+class _Undecodable:
+    """A request that did not parse, handed to its method to be refused there (a
+    deserializer has no call to end)."""
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+
+def _deserializer(parse: Callable[[bytes], Any], message: Descriptor
+                  ) -> Callable[[bytes], Any]:
+    def read(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as e:
+            found = _not_utf8(data, message, message.full_name, itertools.count())
+            return _Undecodable(DecodeError(found) if found else e)
+    return read
+
+
+def _refusing(handler: grpc.RpcMethodHandler, message: Descriptor) -> grpc.RpcMethodHandler:
+    """`handler` refusing a request that does not parse (a string that is not UTF-8, from
+    a client other than ours) as INVALID_ARGUMENT, counted as a failed request; gRPC
+    would end it as UNKNOWN, naming an exception of protobuf."""
+    inner = (handler.unary_unary or handler.unary_stream or handler.stream_unary
+             or handler.stream_stream)
+    behaviour: Callable[..., Any]
+    if handler.request_streaming:
+        async def checked(requests: Any) -> Any:
+            async for request in requests:
+                if isinstance(request, _Undecodable):
+                    raise request.error
+                yield request
+
+        async def streams(requests: Any, context: Any) -> Any:
+            try:
+                async for reply in inner(checked(requests), context):
+                    yield reply
+            except DecodeError as e:      # Load answers its own; Session's ends here
+                await _fail(context, e)
+        behaviour = streams
+    elif handler.response_streaming:
+        async def replies(request: Any, context: Any) -> Any:
+            if isinstance(request, _Undecodable):
+                await _fail(context, request.error)
+            async for reply in inner(request, context):
+                yield reply
+        behaviour = replies
+    else:
+        async def unary(request: Any, context: Any) -> Any:
+            if isinstance(request, _Undecodable):
+                await _fail(context, request.error)
+            return await inner(request, context)
+        behaviour = unary
+    make = {(False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler}[
+        (handler.request_streaming, handler.response_streaming)]
+    return make(behaviour, request_deserializer=_deserializer(handler.request_deserializer,
+                                                              message),
+                response_serializer=handler.response_serializer)
+
+
+class _Registered:
+    """Takes the method handlers the generated `add_ControllerServicer_to_server` makes."""
+
+    def __init__(self) -> None:
+        self.methods: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, methods: dict) -> None:
+        self.methods = methods
+
+
+def add_controller(servicer: ControllerServicer, server: grpc.aio.Server) -> None:
+    """The Controller service on `server`, each method refusing a request that does not
+    parse (`_refusing`)."""
+    registered = _Registered()
+    rpc.add_ControllerServicer_to_server(servicer, registered)
+    service = pb.DESCRIPTOR.services_by_name["Controller"]
+    methods = {name: _refusing(h, service.methods_by_name[name].input_type)
+               for name, h in registered.methods.items()}
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, methods),))
+    server.add_registered_method_handlers(service.full_name, methods)
+
+
 class IigServicer(rpc.IigServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.c = coordinator
@@ -79,7 +224,9 @@ class IigServicer(rpc.IigServicer):
                                       [from_pb(v) for v in request.directory_values],
                                       request.backend)
         except MbdsError as e:
-            await _fail(context, e)
+            # A backend's call, not a client's: not counted in mbds_request_errors_total.
+            from mbds.errors import FAILURE_MESSAGE, shorten
+            await context.abort(e.code, shorten(str(e), FAILURE_MESSAGE))
             raise
 
 
@@ -157,7 +304,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                               log_path=data_dir / "decisions.db" if data_dir else None,
                               metrics_url=_metrics_url(host, iig_address, metrics_port))
     controller = ControllerServicer(coordinator)
-    rpc.add_ControllerServicer_to_server(controller, server)
+    add_controller(controller, server)
     rpc.add_IigServicer_to_server(IigServicer(coordinator), internal)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -5,14 +5,18 @@ and the shell goes on to its next line."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
 import pexpect
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from controller.server import MAX_FIELDS_SEARCHED, _not_utf8
 from mbds.client import Client, ClientError
 from mbds.proto import mbds_pb2 as pb
 from tests.conftest import CENSUS_YAML
@@ -125,8 +129,78 @@ def test_a_stream_message_that_is_not_utf8_on_the_wire_is_invalid_argument(
         with pytest.raises(grpc.RpcError) as e:
             list(load(iter([data]), timeout=30))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value
-    assert e.value.details().startswith("a malformed message: Error parsing message"), \
-        e.value.details()
+    assert e.value.details() == ("a malformed message: mbds.LoadRequest.file is not valid "
+                                 "UTF-8 (byte 0xff at position 1)")
     with Client(address) as c:
         assert c.execute("RETRIEVE (FILE = Census) (CITY)")[0].records == [
             {"CITY": "Monterey"}]
+
+
+# Field 1 (ExecuteRequest.text, DefineRequest.yaml, StatusRequest.file) holding a lone
+# surrogate as CESU-8 writes it: three bytes no UTF-8 decoder takes.
+SURROGATE = b"\x0a\x03\xed\xa0\x80"
+
+
+def request_errors(url: str) -> float:
+    """The controller's count of calls it refused as malformed messages."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        for family in text_string_to_metric_families(reply.read().decode()):
+            for sample in family.samples:
+                if sample.name == "mbds_request_errors_total" and \
+                        sample.labels == {"kind": "DecodeError"}:
+                    return sample.value
+    return 0.0
+
+
+def test_a_request_whose_string_is_not_utf8_on_the_wire_is_invalid_argument(
+        cluster_factory) -> None:
+    """Each call of a client other than ours whose string field is not UTF-8 is refused
+    (INVALID_ARGUMENT, naming the field and its first bad byte) and counted as a refused
+    request, not ended as UNKNOWN naming protobuf's exception; the controller goes on."""
+    r = cluster_factory(1, metrics_port=0)
+    r.client.define(CENSUS_YAML)
+    r.client.execute("INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>)")
+    url = r.client.status().metrics_url
+    before = request_errors(url)
+    with grpc.insecure_channel(r.cluster.address) as ch:
+        def call(kind: str, method: str) -> object:
+            return getattr(ch, kind)(f"/mbds.Controller/{method}", request_serializer=None,
+                                     response_deserializer=None)
+        calls = {
+            "Execute": lambda: list(call("unary_stream", "Execute")(SURROGATE, timeout=30)),
+            "Define": lambda: call("unary_unary", "Define")(SURROGATE, timeout=30),
+            "Status": lambda: call("unary_unary", "Status")(SURROGATE, timeout=30),
+            "Session": lambda: list(call("stream_stream", "Session")(iter([SURROGATE]),
+                                                                     timeout=30)),
+        }
+        field = {"Execute": "ExecuteRequest.text", "Define": "DefineRequest.yaml",
+                 "Status": "StatusRequest.file", "Session": "ExecuteRequest.text"}
+        for method, send in calls.items():
+            with pytest.raises(grpc.RpcError) as e:
+                send()
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, e.value)
+            assert e.value.details() == (f"a malformed message: mbds.{field[method]} is not "
+                                         "valid UTF-8 (byte 0xed at position 0)"), method
+    assert request_errors(url) == before + len(calls)
+    assert sorted(r.client.status().files) == ["CENSUS", "STATES"]
+    assert r.client.execute("RETRIEVE (FILE = Census) (CITY)")[0].records == [
+        {"CITY": "Monterey"}]
+
+
+def test_the_string_not_utf8_is_found_in_a_nested_message_within_a_bound() -> None:
+    """Load's records nest their values two messages deep; past MAX_FIELDS_SEARCHED fields
+    the search gives up, and protobuf's own words are the message."""
+    def where(data: bytes) -> str | None:
+        return _not_utf8(data, pb.LoadRequest.DESCRIPTOR, "mbds.LoadRequest",
+                         itertools.count())
+
+    row = pb.Row(values=[pb.Value(i=1), pb.Value(s="Salénas")])
+    data = pb.LoadRequest(file="CENSUS", records=[row]).SerializeToString()
+    assert where(data.replace("é".encode(), b"\xe9")) == (
+        "mbds.LoadRequest.records.values.s is not valid UTF-8 (byte 0xe9 at position 3)")
+    assert where(data) is None
+    many = pb.LoadRequest(attributes=["A"] * MAX_FIELDS_SEARCHED + ["B\x00"])
+    assert where(many.SerializeToString().replace(b"B\x00", b"B\xff")) is None
+    few = pb.LoadRequest(attributes=["A"] * (MAX_FIELDS_SEARCHED - 2) + ["B\x00"])
+    assert where(few.SerializeToString().replace(b"B\x00", b"B\xff")) == (
+        "mbds.LoadRequest.attributes is not valid UTF-8 (byte 0xff at position 1)")
