@@ -53,6 +53,16 @@ class Execution:
         self.iig = iig
         self._h = timer
         self.result_timeout = result_timeout
+        # The writer thread's time, in the request it is running, spent blocked on the
+        # event loop (a row batch's credit, IIG's answer for a moved record): not
+        # RECP's work, so left out of recp.process. Only the writer thread uses it.
+        self._waited = 0.0
+
+    def committed(self, st: TuState) -> None:
+        """The unit's writes are committed here: their records count as processed."""
+        for op, n in st.written:
+            metrics.child(metrics.RECORDS_PROCESSED, op, self.name).inc(n)
+        st.written.clear()
 
     def _recp_request(self, queued: float) -> None:
         if metrics.internal_timing():   # recp.request: the hand-over from DM to RECP
@@ -89,7 +99,9 @@ class Execution:
         credit; any other reply is only queued (it needs none, and the writer need not
         wait)."""
         if msg.WhichOneof("body") in ("rows", "groups"):
+            t = time.perf_counter()
             asyncio.run_coroutine_threadsafe(self._put(st, msg), self.loop).result()
+            self._waited += time.perf_counter() - t
             return
         if st.cancelled:
             raise Cancelled(st.cancelled)
@@ -97,9 +109,11 @@ class Execution:
         msg.seq = st.tu.seq
         self.loop.call_soon_threadsafe(st.bus.send, msg)
 
-    def _done(self, i: int, rp: RequestPlan, n: int, t0: float) -> pb.BackendReply:
+    def _done(self, i: int, rp: RequestPlan, n: int, t0: float, *,
+              count: bool = True) -> pb.BackendReply:
         elapsed = (time.perf_counter() - t0) * 1000
-        metrics.child(metrics.RECORDS_PROCESSED, OP_NAMES[rp.op], self.name).inc(n)
+        if count:
+            metrics.child(metrics.RECORDS_PROCESSED, OP_NAMES[rp.op], self.name).inc(n)
         # Built in place: a message passed to a constructor is copied into it.
         msg = pb.BackendReply(request_index=i)
         done = msg.done
@@ -125,15 +139,21 @@ class Execution:
         # shows the rows one transaction would.
         conn = self.store.checkout_reader()
         batches = None
+        timing = metrics.TIMING
         try:
             for i, rp in enumerate(plans):
-                t0, n = time.perf_counter(), 0
-                with self._h("recp.process"):
+                # recp.process is RECP's own work, the read steps added up: not the wait
+                # for credit, nor other units' turns at the awaits in between (handler
+                # timers do not nest, and a slow client is not RECP's time).
+                t0 = t = time.perf_counter()
+                busy, n = 0.0, 0
+                try:
                     batches = recp_read.read(conn, i, rp)
                     msg = next(batches, None)
                     while msg is not None:
                         n += _records(msg)
                         more = _full(msg)
+                        busy += time.perf_counter() - t
                         await self._put(st, msg)
                         if more:
                             # Probably more to come: two turns of the loop, one to
@@ -141,11 +161,18 @@ class Execution:
                             # to gRPC, so it is written while the next is read.
                             await asyncio.sleep(0)
                             await asyncio.sleep(0)
+                        t = time.perf_counter()
                         # A short batch was probably the last one: no pause, so `done`
                         # and `committed` join it in one bus message (a small answer).
                         msg = next(batches, None)
                         if msg is not None and not more:
+                            busy += time.perf_counter() - t
                             await asyncio.sleep(0)      # serve other units in between
+                            t = time.perf_counter()
+                    busy += time.perf_counter() - t
+                finally:
+                    if timing.on:
+                        metrics.observe_handler("RECP", "process", self.name, busy)
                 await self._put(st, self._done(i, rp, n, t0))
         finally:
             if batches is not None:
@@ -168,7 +195,8 @@ class Execution:
             if moved:   # an earlier request moved records: search clusters again
                 rp = self._on_loop(self._replan(st, i))
             t0 = time.perf_counter()
-            with self._h("recp.process"):
+            self._waited = 0.0
+            try:
                 if rp.writes:
                     n = self._write(conn, rp, log)
                 else:
@@ -176,8 +204,14 @@ class Execution:
                     for msg in recp_read.read(conn, i, rp):
                         n += _records(msg)
                         self._emit(st, msg)
+            finally:
+                if metrics.TIMING.on:    # RECP's own work: the time less its waits
+                    metrics.observe_handler("RECP", "process", self.name,
+                                            time.perf_counter() - t0 - self._waited)
             moved = moved or rp.request.moves_records
-            self._emit(st, self._done(i, rp, n, t0))
+            if rp.writes:           # counted once the unit commits (`committed`)
+                st.written.append((OP_NAMES[rp.op], n))
+            self._emit(st, self._done(i, rp, n, t0, count=not rp.writes))
         if st.cancelled:
             raise Cancelled(st.cancelled)
         faults.hit("backend.before_prepare")
@@ -222,7 +256,9 @@ class Execution:
             cid = self.directory.cluster_ids.get((file, tuple(cast(list[int], key))))
             if cid is not None:
                 return cid
+        t = time.perf_counter()
         reply = self._on_loop(self._place(file, values))
+        self._waited += time.perf_counter() - t
         # Persist the new directory rows in this traffic unit's own transaction.
         self.store.persist_rows(conn, reply.directory)
         return reply.cluster_id

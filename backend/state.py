@@ -93,6 +93,8 @@ class TuState:
     stored: asyncio.Future[None] | None = None
     task: asyncio.Task[None] | None = None
     writing: bool = False              # its writes are with the writer thread
+    # Its write requests' (operation, records), counted as processed once it commits.
+    written: list[tuple[str, int]] = field(default_factory=list)
     released: bool = False             # its cluster locks are released
     # Prepared here: PP's decision (True: commit) comes by bus or by Resolve.
     decision: asyncio.Future[bool] | None = None

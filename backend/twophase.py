@@ -79,6 +79,7 @@ class TwoPhaseWrites:
             await self.leave(key)          # the next unit may join the same group
         unit = await settle(job)
         if unit is None:                   # one-phase, or nothing written here
+            self.execution.committed(st)   # the writer's group is committed: final here
             assert st.tu is not None
             if st.tu.one_phase:
                 self.prepared.carried_out(key)
@@ -106,7 +107,8 @@ class TwoPhaseWrites:
             faults.hit("backend.before_commit")
         await self.prepared.carry_out(unit, commit)
         del self.prepared.waiting[key]
-        if not commit:
+        if not commit:                     # undone: its records were never processed
             raise Cancelled(st.cancelled or "PP decided to abort")
+        self.execution.committed(st)
         faults.hit("backend.after_commit")
         return True

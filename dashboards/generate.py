@@ -51,10 +51,12 @@ def overview() -> Dashboard:
         [
             stat("Requests per second", Target(f"sum(rate(mbds_request_seconds_count{op}[{RI}]))"),
                  unit="reqps", decimals=2),
-            stat("Failed traffic units per second",
+            stat("Failed calls per second",
                  Target(f"sum(rate(mbds_request_errors_total[{RI}])) or vector(0)"),
                  unit="reqps", decimals=2,
-                 description="Calls answered with an error (mbds_request_errors_total)."),
+                 description="Client calls the controller answered with an error "
+                             "(mbds_request_errors_total): refused requests and "
+                             "definitions too, not only failed traffic units."),
             stat("Backends scraped and up", Target('sum(up{job="backend"})'), decimals=0,
                  description="Backend /metrics endpoints Prometheus reaches (job `backend`)."),
             stat("Controller scraped and up", Target('sum(up{job="controller"})'), decimals=0),
@@ -62,10 +64,13 @@ def overview() -> Dashboard:
             timeseries("Requests per second by operation",
                        Target(f"sum by (op) (rate(mbds_request_seconds_count{op}[{RI}]))",
                               legend="{{op}}"), unit="reqps", stack=True),
-            timeseries("Failed traffic units per second by kind",
+            timeseries("Failed calls per second by kind",
                        Target(f"sum by (kind) (rate(mbds_request_errors_total[{RI}]))",
                               legend="{{kind}}"), unit="reqps",
-                       description="kind: the error class, e.g. SemanticError."),
+                       description="kind: the error class, e.g. AbdlSyntaxError or "
+                                   "SemanticError (refused before it became a traffic "
+                                   "unit), BackendUnavailable or TrafficUnitAborted (a "
+                                   "traffic unit the cluster failed)."),
             row("Response time (issue to whole answer, at the controller)"),
             timeseries("Response time quantiles by operation",
                        *quantiles("mbds_request_seconds", "op", op, "{{op}}"), w=16, h=9),
@@ -143,7 +148,8 @@ def backends() -> Dashboard:
                        Target(f"sum by (backend) (rate(mbds_handler_seconds_sum{recp}[{RI}]))",
                               legend="{{backend}}"), unit="percentunit",
                        description="Fraction of wall time RECP spends processing requests "
-                                   "(internal timing)."),
+                                   "(internal timing): its own work, not its waits for a "
+                                   "slow reader's credit or for IIG."),
             timeseries("Bus messages per second by backend and direction",
                        Target(f"sum by (backend, direction) (rate(mbds_bus_messages_total"
                               f"{bus}[{RI}]))", legend="{{backend}} {{direction}}"),
