@@ -9,11 +9,14 @@ message that fails fails its own unit (or call), never the bus.
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Iterable, Sequence
+from itertools import groupby
 
 from backend.plan import DescriptorResults
 from mbds import columns, traffic
-from mbds.directory import Directory, changes
+from mbds.directory import AttrIndex, Descriptor, Directory, changes
 from mbds.entries import EntryCheck, EntryError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
@@ -120,6 +123,13 @@ def traffic_unit(directory: Directory, tu: pb.TrafficUnit) -> None:
                                      f"values for {len(schema.attributes)} attributes")
                 for a, v in zip(schema.attributes, rec.values, strict=True):
                     _fits(a, from_pb(v), "inserted value")
+            if req.records:
+                positions = _directory_positions(schema)
+                _placed(directory, schema, [r.cluster_id for r in req.records],
+                        [_as_stored(schema.attributes[i],
+                                    [from_pb(r.values[i]) for r in req.records])
+                         for i in positions],
+                        "inserted record {}")
             continue
         files: set[str] = set()
         _retrieval(directory, req.retrieval, files)
@@ -178,8 +188,80 @@ def _load_batch(directory: Directory, schema: FileSchema, batch: pb.LoadColumns)
         for a, c in zip(schema.attributes, batch.columns, strict=True):
             columns.check(a, c, n, schema.name, refs=False)
         columns.check(Attribute("BODY", "string"), batch.bodies, n, schema.name, refs=False)
+        # The directory attributes' columns decoded here (their references checked now).
+        dvalues = [_as_stored(schema.attributes[i], columns.values(batch.columns[i], n),
+                              batch.columns[i].kind == pb.FLOATS)
+                   for i in _directory_positions(schema)]
     except columns.ColumnError as e:
         raise BadMessage(f"{record(batch, e.index)}: inserted value: {e}") from None
+    except IndexError:
+        raise BadMessage("a directory attribute's dictionary reference beyond its "
+                         "column's values") from None
+    _placed(directory, schema, batch.cluster_ids, dvalues, "", batch)
+
+
+def _as_stored(a: Attribute, values: Iterable[Value], floats: bool = False) -> list[Value]:
+    """Values as the attribute's column stores them, by which they are placed: an integer
+    of a float attribute as its float (`LoadBatch.values`)."""
+    if a.type != "float" or floats:
+        return list(values)
+    return [float(v) if type(v) is int else v for v in values]
+
+
+def _directory_positions(schema: FileSchema) -> list[int]:
+    """Where a record holds its directory values (FILE, the first, it holds nowhere)."""
+    return [schema.index[a] for a in schema.directory_attributes[1:]]
+
+
+def _placed(directory: Directory, schema: FileSchema, cluster_ids: Sequence[int],
+            dvalues: list[list[Value]], what: str, batch: pb.LoadColumns | None = None
+            ) -> None:
+    """Each inserted record is in the cluster its directory values describe, or it would
+    be stored where no search by those values finds it. `dvalues`: one list per directory
+    attribute. Checked per cluster and attribute over the records' smallest and largest
+    value or their one value, since a load batch holds tens of thousands of records."""
+    file = schema.name
+    names = schema.directory_attributes[1:]
+    cids = list(cluster_ids)
+    for cid, group in groupby(sorted(range(len(cids)), key=cids.__getitem__),
+                              key=cids.__getitem__):
+        idx = list(group)
+        dids = directory.clusters[cid][1]     # the file's (checked before), FILE's first
+        for j, (a, vals) in enumerate(zip(names, dvalues, strict=True)):
+            index = directory.at[(file, a)]
+            got = list(map(vals.__getitem__, idx))
+            if _all_of(index, directory.descriptors[dids[j + 1]], got):
+                continue
+            i = idx[next(k for k, v in enumerate(got) if index.find(v) != dids[j + 1])]
+            who = record(batch, i) if batch is not None else what.format(i + 1)
+            shown = ", ".join(f"{a} {_value(vs[i])}"
+                              for a, vs in zip(names, dvalues, strict=True))
+            raise BadMessage(f"{who} is not of cluster {cid}: its {shown} describe "
+                             "another cluster")
+
+
+def _all_of(index: AttrIndex, d: Descriptor, values: list[Value]) -> bool:
+    """Does every value fall in descriptor `d` (`AttrIndex.find`)? From the extremes for
+    a range (ranges do not overlap, so every value between two of a range is of it) and
+    from the one value for an equality; value by value otherwise (the no-descriptor
+    class, nulls)."""
+    try:
+        if d.kind == "A":
+            i = bisect.bisect_left(index.lows, d.low)
+            low, high = min(values), max(values)    # type: ignore[type-var]
+            return (i < len(index.lows) and index.range_ids[i] == d.id
+                    and index.lows[i] <= low and high <= index.highs[i]
+                    and (i + 1 == len(index.lows) or high < index.lows[i + 1]))
+        if d.kind != "N" and len(set(values)) == 1:
+            return index.find(values[0]) == d.id
+    except TypeError:       # a null among numbers or strings
+        pass
+    return all(index.find(v) == d.id for v in values)
+
+
+def _value(v: Value) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def record(batch: pb.LoadColumns, i: int) -> str:

@@ -151,9 +151,8 @@ def test_a_unit_sent_again_on_its_bus_is_refused_and_runs_once(cluster_factory) 
     with internal_channel(r.cluster, address) as ch:
         directory = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10,
                                             metadata=as_controller(r.cluster, address)).directory
-    cid = next(c.id for c in directory.clusters if c.file == "CENSUS")
-    record = pb.PlacedRecord(cluster_id=cid, values=[
-        to_pb(v, pb.Value()) for v in ("again", 1, None, "CA")])    # CITY, POP, AREA, STATE
+    record = pb.PlacedRecord(cluster_id=city_cluster(directory, "c1"), values=[
+        to_pb(v, pb.Value()) for v in ("c1", 1, None, "CA")])    # CITY, POP, AREA, STATE
     insert = pb.TrafficUnit(seq=5, one_phase=True, requests=[pb.Request(
         op=pb.INSERT, file="CENSUS", records=[record])])
     read = pb.TrafficUnit(seq=6, requests=[pb.Request(op=pb.RETRIEVE, retrieval=every_cluster(
@@ -168,7 +167,38 @@ def test_a_unit_sent_again_on_its_bus_is_refused_and_runs_once(cluster_factory) 
     assert r.cluster.controller is not None
     r.cluster.controller.stop()
     r.cluster.restart_controller()
-    assert [row[0] for row in contents(r)].count("again") == 1
+    assert [row[0] for row in contents(r)].count("c1") == 2     # c1's own, and one more
+
+
+def city_cluster(directory: pb.DirectoryUpdate, city: str) -> int:
+    """The census cluster whose CITY descriptor is `city`'s."""
+    [did] = [d.id for d in directory.descriptors if d.attr == "CITY" and d.value.s == city]
+    return next(c.id for c in directory.clusters if did in c.descriptor_ids)
+
+
+def test_a_backend_refuses_a_record_its_cluster_does_not_describe(cluster_factory) -> None:
+    """An INSERT names each record's cluster: one whose directory values are another
+    cluster's would be stored where no search by them finds it. Refused, naming the
+    record, its cluster and its values; nothing is stored."""
+    r = census(cluster_factory)
+    before = contents(r)
+    address = r.cluster.backends[0].address or ""
+    with internal_channel(r.cluster, address) as ch:
+        directory = rpc.BackendStub(ch).Directory(pb.DirectoryRequest(), timeout=10,
+                                            metadata=as_controller(r.cluster, address)).directory
+    cid = city_cluster(directory, "c3")
+    forged = pb.PlacedRecord(cluster_id=cid, values=[
+        to_pb(v, pb.Value()) for v in ("c1", 1, None, "CA")])    # c1's values, in c3's
+    insert = pb.TrafficUnit(seq=1, one_phase=True, requests=[pb.Request(
+        op=pb.INSERT, file="CENSUS", records=[forged])])
+    replies = forged_bus(r, address, [insert])
+    assert [x.error for x in replies if x.error] == [
+        f"backend b0: refused: inserted record 1 is not of cluster {cid}: its CITY 'c1', POP "
+        "1, STATE 'CA' describe another cluster"]
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    r.cluster.restart_controller()
+    assert contents(r) == before
 
 
 def test_a_backend_refuses_comparisons_it_cannot_make_and_holds_no_lock_for_them(

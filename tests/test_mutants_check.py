@@ -161,13 +161,47 @@ def test_a_refused_insert_names_its_bad_record(records: list[pb.PlacedRecord],
 
 def test_an_insert_of_records_that_fit_is_let_through() -> None:
     check.traffic_unit(DIRECTORY, pb.TrafficUnit(requests=[insert(
-        record(1, "x", 1, 2.5, "CA"), record(2, None, None, 3, None))]))
+        record(CIDS["Monterey"], "Monterey", 1, 2.5, "CA"),
+        record(CIDS["Carmel"], "Carmel", 4999, None, "CA"),
+        record(CIDS["Monterey"], "Monterey", 999, 2.5, "CA"),
+        # Albany's POP is of no range: values below, between none, and above them.
+        record(CIDS["Albany"], "Albany", -5, 1.0, "NY"),
+        record(CIDS["Albany"], "Albany", 9000, 1.0, "NY"),
+        record(CIDS["Albany"], "Albany", 5000, 1.0, "NY"))]))
+
+
+@pytest.mark.parametrize("records, message", [
+    ([record(CIDS["Albany"], "Monterey", 25, 1.0, "CA")],
+     f"inserted record 1 is not of cluster {CIDS['Albany']}: its CITY 'Monterey', POP 25, "
+     "STATE 'CA' describe another cluster"),
+    ([record(CIDS["Monterey"], "Monterey", 25, 1.0, "CA"),
+      record(CIDS["Monterey"], "Monterey", 1000, 1.0, "CA")],
+     f"inserted record 2 is not of cluster {CIDS['Monterey']}: its CITY 'Monterey', POP "
+     "1000, STATE 'CA' describe another cluster"),
+    ([record(CIDS["Albany"], "Albany", -5, 1.0, "NY"),
+      record(CIDS["Albany"], "Albany", 500, 1.0, "NY"),
+      record(CIDS["Albany"], "Albany", 6000, 1.0, "NY")],
+     f"inserted record 2 is not of cluster {CIDS['Albany']}: its CITY 'Albany', POP 500, "
+     "STATE 'NY' describe another cluster"),
+    ([record(CIDS["Monterey"], "Monterey", None, 1.0, "CA")],
+     f"inserted record 1 is not of cluster {CIDS['Monterey']}: its CITY 'Monterey', POP "
+     "None, STATE 'CA' describe another cluster"),
+    ([record(CIDS["Monterey"], "M" * 50, 25, 1.0, "CA")],
+     f"inserted record 1 is not of cluster {CIDS['Monterey']}: its CITY '{'M' * 39}…, POP "
+     "25, STATE 'CA' describe another cluster"),
+])
+def test_an_inserted_record_not_of_its_cluster_is_refused(records: list[pb.PlacedRecord],
+                                                          message: str) -> None:
+    """A record filed in a cluster its directory values do not describe would be where
+    no search by those values finds it: refused, naming the record and its values."""
+    assert refused(pb.TrafficUnit(requests=[insert(*records)])) == message
 
 
 def test_every_request_after_an_insert_is_checked_too() -> None:
     """An INSERT's checks end its own request, not the unit's."""
     bad = tampered(SEL, _set(p__attr="CITY")).requests[0]
-    tu = pb.TrafficUnit(requests=[insert(record(1, "x", 1, 2.5, "CA")), bad])
+    tu = pb.TrafficUnit(requests=[insert(record(CIDS["Monterey"], "Monterey", 1, 2.5, "CA")),
+                                  bad])
     assert refused(tu) == "predicate: CITY is string, got int"
 
 
@@ -189,13 +223,13 @@ def test_a_load_batch_that_does_not_parse_is_named() -> None:
     assert refused(pb.TrafficUnit(requests=[req])) == "a load batch that does not parse"
 
 
-ROWS: list[list[Value]] = [["a", 1, 1.5, "CA"], ["b", 2, None, "NY"], ["a", 3, 2.0, "CA"],
-                           ["b", 4, 0.5, "NY"]]
+ROWS: list[list[Value]] = [["Monterey", 1, 1.5, "CA"], ["Carmel", 2000, None, "CA"],
+                           ["Monterey", 3, 2.0, "CA"], ["Carmel", 4000, 0.5, "CA"]]
 
 
 def batch(bodies: list[str | None] | None = None) -> pb.LoadColumns:
     b = columns.encode_batch(ROWS, 4, 11, bodies)
-    b.cluster_ids.extend([1, 2, 1, 3])
+    b.cluster_ids.extend([CIDS["Monterey"], CIDS["Carmel"], CIDS["Monterey"], CIDS["Carmel"]])
     return b
 
 
@@ -241,12 +275,23 @@ def test_a_refused_load_batch_names_what_is_wrong(change: Callable[[pb.LoadColum
 
 def test_a_bad_dictionary_reference_is_left_for_the_batchs_decoding() -> None:
     """References are range-checked once, as RECP decodes the batch (`load.insert`
-    names the record): the check lets a batch through whose only fault is one."""
+    names the record): the check lets a batch through whose only fault is one, outside
+    the directory attributes' columns, which the check decodes itself."""
     b = batch(["x", "y", "x", "y"])
     assert b.columns[0].kind == pb.STRING_REFS and b.bodies.kind == pb.STRING_REFS
-    b.columns[0].refs[1] = 9
     b.bodies.refs[2] = 9
     check.traffic_unit(DIRECTORY, loading(b))
+    b.columns[0].refs[1] = 9
+    assert refused(loading(b)) == ("a directory attribute's dictionary reference beyond "
+                                   "its column's values")
+
+
+def test_a_load_batch_record_not_of_its_cluster_is_refused_naming_it() -> None:
+    b = batch()
+    b.cluster_ids[3] = CIDS["Monterey"]
+    assert refused(loading(b)) == (
+        f"record 14 is not of cluster {CIDS['Monterey']}: its CITY 'Carmel', POP 4000, "
+        "STATE 'CA' describe another cluster")
 
 
 def test_a_directory_update_naming_an_unknown_file_is_refused_naming_it() -> None:
