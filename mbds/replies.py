@@ -103,8 +103,11 @@ def closed_under_way() -> ClientError:
 
 
 def _deadline(timeout: float) -> ClientError:
+    """The client gave up on a silent controller: unlike the controller's own deadline,
+    which aborts the unit ("traffic unit aborted: …"), this leaves the outcome unknown."""
     return ClientError("DEADLINE_EXCEEDED",
-                       f"no answer from the controller in {timeout + 5:g} s")
+                       f"no answer from the controller in {timeout + 5:g} s: the request "
+                       "may or may not have run")
 
 
 def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:
