@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -35,6 +36,15 @@ FORMATS = ("jsonl", "csv")
 UNANSWERED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN",
                         "INTERNAL"})
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+# How the controller ends a load's failure (`controller/load.py`, `_naming`): each batch
+# that failed, and those acknowledged after the first of them, by their records and what
+# became of them: stored (True), not (False) or perhaps (None).
+TOLD = {"were not loaded": False, "may have been stored": None, "were stored": True,
+        "(in flight beside them) were loaded": True}
+_SPAN = re.compile(r"(\d+)-(\d+)")
+_GROUP = re.compile(r"records (\d+-\d+(?:, \d+-\d+)*) (" + "|".join(map(re.escape, TOLD))
+                    + ")")
+_TOLD = re.compile(f"(?<=; )(?:{_GROUP.pattern}, )*{_GROUP.pattern}$")
 # What str.splitlines (and readers like it) take for a line break and json.dumps leaves
 # raw in a string: escaped, so that every reader sees one record a line.
 LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
@@ -58,13 +68,70 @@ def _until_refused(records: Iterable[Record], failed: list[Exception],
             raise
 
 
-def _cut_short(what: str, file: str, acked: int, sent: int, code: int) -> NoReturn:
-    """A load cut short before its batches were answered: those acknowledged are stored,
-    and those sent after them may be too (a batch being committed commits)."""
-    unsure = (f"; records {acked + 1}-{sent} were in flight and may be stored too: count "
-              "the file's records before going on" if sent > acked else "")
-    click.echo(f"error: {what} (records loaded into {file}: {acked}{unsure})", err=True)
+def _cut_short(what: str, loaded: str, code: int) -> NoReturn:
+    click.echo(f"error: {what} ({loaded})", err=True)
     sys.exit(code)
+
+
+def _told(message: str) -> list[tuple[range, str]] | None:
+    """What a load's failure says of the batches that failed and those acknowledged after
+    the first of them, each batch's records with its words (`TOLD`); None when it names
+    none (the load refused before any failed, or the controller's answer never came)."""
+    tail = _TOLD.search(message)
+    if tail is None:
+        return None
+    told = []
+    for group in _GROUP.finditer(tail[0]):
+        told += [(range(int(a), int(b) + 1), group[2]) for a, b in _SPAN.findall(group[1])]
+    return told
+
+
+def _merged(ranges: Iterable[range]) -> list[range]:
+    out: list[range] = []
+    for r in sorted(ranges, key=lambda r: r.start):
+        if out and r.start <= out[-1].stop:
+            out[-1] = range(out[-1].start, max(out[-1].stop, r.stop))
+        elif r:
+            out.append(r)
+    return out
+
+
+def _spans(ranges: list[range]) -> str:
+    return ", ".join(f"{r.start}-{r.stop - 1}" for r in ranges)
+
+
+def _loaded(file: str, acknowledged: list[range], told: list[tuple[range, str]] | None,
+            sent: int | None) -> str:
+    """`records loaded into FILE: N`: the input's first N records, every one of them
+    stored. Then the records stored beyond them (a load that goes on from record N + 1
+    must leave them out), and those that may be stored: the batches the failure says so
+    of (`told`) or, its answer not come, every record taken from the input (`sent`) and
+    not acknowledged."""
+    stored = _merged([*acknowledged, *(r for r, w in told or () if TOLD[w] is True)])
+    prefix = stored[0].stop - 1 if stored and stored[0].start == 1 else 0
+    beyond = [r for r in stored if r.start > 1]
+    maybe = _merged(r for r, w in told or () if TOLD[w] is None)
+    unsure: list[range] = []
+    if sent is not None:        # the gaps of what is stored, up to the last record sent
+        at = 1
+        for r in stored:
+            if at < r.start and at <= sent:
+                unsure.append(range(at, min(r.start, sent + 1)))
+            at = r.stop
+        if at <= sent:
+            unsure.append(range(at, sent + 1))
+    text = f"records loaded into {file}: {prefix}"
+    if beyond:
+        text += f"; records {_spans(beyond)} are stored too"
+    if maybe:
+        text += f"; records {_spans(maybe)} may be stored too"
+    if unsure:
+        text += f"; records {_spans(unsure)} were in flight and may be stored too"
+    if maybe or unsure:
+        return text + ": count the file's records before going on"
+    if beyond:
+        return text + f": going on from record {prefix + 1}, leave them out"
+    return text
 
 
 def _count(path: str, fmt: str) -> int:
@@ -106,14 +173,18 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
     fmt = _format(path, fmt, None)
     csv.field_size_limit(MAX_MESSAGE)       # csv's own limit (128 kB) would refuse a body
     failed: list[Exception] = []
-    acknowledged = [-1]     # records of the batches acknowledged so far, once loading
+    acknowledged: list[range] = []      # the records of each batch acknowledged
+    loading = threading.Event()
     file = name.upper()
     t0 = time.perf_counter()
 
     def counted(dones: Iterable[pb.RequestDone]) -> Iterator[pb.RequestDone]:
-        acknowledged[0] = 0
+        loading.set()
         for d in dones:
-            acknowledged[0] += d.stats.records_retrieved
+            # Numbered by the controller: past a failed batch, the batches in flight beside
+            # it are acknowledged (a controller that numbers none answers in order).
+            first = d.first_record or (acknowledged[-1].stop if acknowledged else 1)
+            acknowledged.append(range(first, first + d.stats.records_retrieved))
             yield d
 
     stopped, interrupted = threading.Event(), threading.Event()
@@ -144,21 +215,23 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
             finally:
                 stopped.set()       # before the input closes under gRPC's reading thread
     except KeyboardInterrupt:
-        _cut_short("interrupted", file, max(acknowledged[0], 0), sent[0], 130)
+        _cut_short("interrupted", _loaded(file, acknowledged, None, sent[0]), 130)
     except ClientError as e:
-        if acknowledged[0] < 0:
+        if not loading.is_set():
             fail(e)
-        if e.code in UNANSWERED:     # what the batches in flight came to is not known
-            _cut_short(str(e), file, acknowledged[0], sent[0], 1)
-        # The controller's own failure: the batches in flight beside it were answered.
-        fail(f"{e} (records loaded into {file}: {acknowledged[0]})")
+        told = _told(str(e))
+        if told is None and e.code in UNANSWERED:   # what the batches in flight came to
+            _cut_short(str(e), _loaded(file, acknowledged, None, sent[0]), 1)
+        # The controller's own failure: the batches in flight beside it were answered,
+        # and those that failed are named.
+        fail(f"{e} ({_loaded(file, acknowledged, told, None)})")
     except BAD_INPUT as e:
         fail(e)
     finally:
         # Interrupted, it exits next: a Ctrl-C meanwhile would end it with a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted.is_set() else previous)
     if failed:      # every record before the refused one is loaded, none after it
-        fail(f"{failed[0]} (records loaded into {file}: {done})")
+        fail(f"{failed[0]} ({_loaded(file, acknowledged, None, None)})")
     if interrupted.is_set():
         click.echo(f"error: interrupted; loaded {done} records into {file}: the input's "
                    f"first {done}, and none after them", err=True)

@@ -75,6 +75,17 @@ class BackendFailure(Exception):
         self.link, self.error = link, error
 
 
+class OnePhaseWrites(Exception):
+    """What became of a failed unit's writes on a backend that writes it in one phase and
+    that the abort reached too late: `stored`, or (no answer to the abort) perhaps. The
+    cause of the error its client is given, which says so in words (`str` of this), so
+    that a bulk load can word each of its failed batches by it."""
+
+    def __init__(self, told: str, stored: bool) -> None:
+        super().__init__(told)
+        self.stored = stored
+
+
 class Inbox:
     """One traffic unit's results from every backend, and what goes down for it.
 
@@ -364,14 +375,21 @@ class Inbox:
         """A backend that writes the unit in one phase commits it by itself: an abort may
         come too late. What the client must be told then ("" when the abort came in time):
         that the writes are stored, or, without an answer, that they may be."""
+        written = self.one_phase_writes()
+        return "" if written is None else str(written)
+
+    def one_phase_writes(self) -> OnePhaseWrites | None:
+        """`one_phase_outcome` as an error to chain (None when the abort came in time)."""
         for link in self.one_phase:
             if self.sent[link].final == "committed":
-                return (f"; but backend {link.name} had committed it in one phase before the "
-                        "abort reached it: its writes are stored")
+                return OnePhaseWrites(f"; but backend {link.name} had committed it in one "
+                                      "phase before the abort reached it: its writes are "
+                                      "stored", stored=True)
             if not self.sent[link].final:
-                return (f"; backend {link.name}, which writes it in one phase, has not "
-                        "answered the abort: its writes may have been stored")
-        return ""
+                return OnePhaseWrites(f"; backend {link.name}, which writes it in one phase, "
+                                      "has not answered the abort: its writes may have been "
+                                      "stored", stored=False)
+        return None
 
     def _abort_now(self, reason: str) -> None:
         if self.aborted:

@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.inbox import OnePhaseWrites
 from controller.reqp import OPS, ROW_AS_JSON, Prepared
 from mbds import columns
 from mbds.directory import Directory
-from mbds.errors import MbdsError, SemanticError, shorten
+from mbds.errors import FAILURE_MESSAGE, SHOWN, MbdsError, SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema
 from mbds.service import MAX_LOAD_RECORDS, MESSAGE_BUDGET, too_large
@@ -118,6 +119,13 @@ def prepare(directory: Directory, chunk: pb.LoadRequest) -> PreparedLoad:
 
 
 Replies = list[pb.ExecuteReplies]
+# How a load's failure words each batch that failed at the backends, by what its writes
+# came to, and the batches acknowledged after the first of them (`_naming`); `mbds load
+# file` reads these words back to say what is stored.
+NOT_LOADED = "were not loaded"
+MAYBE_STORED = "may have been stored"
+STORED = "were stored"
+LOADED_BESIDE = "(in flight beside them) were loaded"
 
 
 async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
@@ -126,22 +134,24 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
                     window: int = WINDOW) -> AsyncIterator[pb.ExecuteReplies]:
     """Each chunk checked as it comes, then its traffic unit run with up to `window` in
     flight; replies in order, each batch's as soon as it is done (not held until the
-    next chunk comes: a slow source's batches are acknowledged as they are stored).
+    next chunk comes: a slow source's batches are acknowledged as they are stored). Each
+    acknowledgement carries its batch's first record, so that the client knows which
+    batches are stored when some are not.
 
     A refused chunk is refused before any later one is taken, so the batches
-    acknowledged are the load's first ones. A batch that fails at the backends changes
-    no data either; the batches already in flight beside it are let finish (each
-    commits or aborts on its own, everywhere), their acknowledgements are passed on, and
-    then the first failure is raised, naming the records it did not load and those
-    loaded after them: every `done` the client saw is a batch stored on every backend,
-    and nothing else is."""
+    acknowledged are the load's first ones. A batch that fails at the backends stops the
+    load taking more; the batches already in flight beside it are let finish (each
+    commits or aborts on its own), their acknowledgements are passed on, and then the
+    first failure is raised, naming every batch that failed by what became of it (not
+    loaded, or, written in one phase by a backend the abort reached too late, stored or
+    perhaps stored) and the batches acknowledged after the first of them."""
     async def one(p: Prepared) -> Replies:
         return [reply async for reply in run(p)]
 
     pending: deque[tuple[asyncio.Task[Replies], range]] = deque()
     failure: Exception | None = None
-    lost = range(0)
-    after: list[range] = []          # loaded after the failed batch, in flight beside it
+    failed: list[tuple[range, Exception]] = []    # batches that failed, in load order
+    after: list[range] = []          # acknowledged after the first of them
     rows = 0                         # records of the load's chunks of rows so far
     source = aiter(chunks)
     coming: asyncio.Future[pb.LoadRequest] | None = None      # the next chunk, read
@@ -154,11 +164,13 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
             if pending and pending[0][0].done():
                 task, records = pending.popleft()
                 try:
-                    for reply in task.result():
-                        yield reply
+                    replies = task.result()
                 except Exception as e:      # aborted: stop taking batches
-                    failure, lost = e, records
+                    failure = e
+                    failed.append((records, e))
                     break
+                for reply in _numbered(replies, records):
+                    yield reply
                 continue
             if coming is None or not coming.done():
                 continue
@@ -179,20 +191,31 @@ async def pipelined(chunks: AsyncIterator[pb.LoadRequest],
         while pending:
             task, records = pending.popleft()
             try:
-                for reply in await task:
-                    yield reply
-                if failure is not None:
-                    after.append(records)
-            except Exception as e:
-                if failure is None:
-                    failure, lost = e, records
+                replies = await task
+            except Exception as e:      # each is named: it may have committed in one phase
+                failure = failure or e
+                failed.append((records, e))
+                continue
+            for reply in _numbered(replies, records):
+                yield reply
+            if failed:
+                after.append(records)
         if failure is not None:
-            raise _naming(failure, lost, after)
+            raise _naming(failure, failed, after)
     finally:
         if coming is not None:
             coming.cancel()
         for task, _ in pending:         # the client went away: each unit aborts (PP)
             task.cancel()
+
+
+def _numbered(replies: Replies, records: range) -> Replies:
+    """A batch's replies, its acknowledgement given the number of its first record."""
+    for message in replies:
+        for reply in message.replies:
+            if reply.WhichOneof("body") == "done":
+                reply.done.first_record = records.start
+    return replies
 
 
 def _records(chunk: pb.LoadRequest, first: int) -> range:
@@ -204,14 +227,38 @@ def _records(chunk: pb.LoadRequest, first: int) -> range:
     return range(first, first + len(chunk.records))
 
 
-def _naming(failure: Exception, lost: range, after: list[range]) -> Exception:
-    """The failure of a batch, naming the records loaded after it (a client that goes
-    on from its last acknowledgement would load them twice)."""
-    if not after or not lost or not isinstance(failure, MbdsError):
+def _outcome(error: Exception) -> str:
+    """What a batch that failed with `error` came to: not loaded (its unit rolled back
+    everywhere), unless a backend writing it in one phase committed it or did not answer
+    the abort (PP chains what it was told); a failure that is not the system's own says
+    nothing of the unit, which may have committed."""
+    written = error.__cause__
+    if isinstance(written, OnePhaseWrites):
+        return STORED if written.stored else MAYBE_STORED
+    return NOT_LOADED if isinstance(error, MbdsError) else MAYBE_STORED
+
+
+def _naming(failure: Exception, failed: list[tuple[range, Exception]], after: list[range]
+            ) -> Exception:
+    """The load's first failure, naming each batch that failed by its outcome and the
+    batches acknowledged after the first of them (a client that went on from its last
+    acknowledgement would load them twice), within what a failure's message carries."""
+    if not failed or not isinstance(failure, MbdsError):
         return failure
-    spans = ", ".join(f"{r.start}-{r.stop - 1}" for r in after)
-    return type(failure)(f"{failure}; records {lost.start}-{lost.stop - 1} were not "
-                         f"loaded, records {spans} (in flight beside them) were")
+    groups: dict[str, list[range]] = {}
+    for records, error in failed:
+        groups.setdefault(_outcome(error), []).append(records)
+    if after:
+        groups[LOADED_BESIDE] = after
+    # By outcome, in the order their first batches come (the load's error's own first).
+    told = ", ".join(f"records {_spans(spans)} {words}" for words, spans in groups.items())
+    # The error itself is cut first: the batches named are what a client acts on.
+    room = FAILURE_MESSAGE - len(told) - 2 - len("… (000000 characters)")
+    return type(failure)(f"{shorten(str(failure), max(room, SHOWN))}; {told}")
+
+
+def _spans(ranges: list[range]) -> str:
+    return ", ".join(f"{r.start}-{r.stop - 1}" for r in ranges)
 
 
 def _rows_returnable(cols: pb.LoadColumns, width: int, first: int) -> None:

@@ -283,7 +283,8 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
         # and waiting (e.g. for a silent peer's ids).
         outcome = await inbox.abort_and_wait(str(f.error))
         if writes and outcome:
-            raise type(f.error)(f"{f.error}{outcome}") from None
+            # Chained to what the writes came to, for a bulk load to word its batch by.
+            raise type(f.error)(f"{f.error}{outcome}") from inbox.one_phase_writes()
         raise f.error from None
     except (SemanticError, TrafficUnitAborted) as e:
         # PP's own refusal (a join past its bound, a value no message carries, a sum
@@ -291,7 +292,7 @@ async def gather(inbox: Inbox, prepared: list[Prepared],
         finished = True
         outcome = await inbox.abort_and_wait(str(e))
         if writes and outcome:
-            raise type(e)(f"{e}{outcome}") from None
+            raise type(e)(f"{e}{outcome}") from inbox.one_phase_writes()
         raise
     finally:
         inbox.unregister()

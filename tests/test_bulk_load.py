@@ -179,7 +179,7 @@ def test_a_load_that_fails_at_the_backends_names_the_records_loaded_after_it() -
         asyncio.run(drain())
     assert str(err.value) == ("traffic unit aborted: backend b1: disk full; records 11-20 "
                               "were not loaded, records 21-30, 31-40, 41-50 (in flight "
-                              "beside them) were")
+                              "beside them) were loaded")
     assert len(acknowledged) == 4           # the first batch, and the three beside
 
 

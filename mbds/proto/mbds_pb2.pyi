@@ -159,12 +159,14 @@ class RequestStats(_message.Message):
     def __init__(self, clusters_examined: _Optional[int] = ..., records_retrieved: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendStats, _Mapping]]] = ...) -> None: ...
 
 class RequestDone(_message.Message):
-    __slots__ = ("stats", "elapsed_ms")
+    __slots__ = ("stats", "elapsed_ms", "first_record")
     STATS_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_RECORD_FIELD_NUMBER: _ClassVar[int]
     stats: RequestStats
     elapsed_ms: float
-    def __init__(self, stats: _Optional[_Union[RequestStats, _Mapping]] = ..., elapsed_ms: _Optional[float] = ...) -> None: ...
+    first_record: int
+    def __init__(self, stats: _Optional[_Union[RequestStats, _Mapping]] = ..., elapsed_ms: _Optional[float] = ..., first_record: _Optional[int] = ...) -> None: ...
 
 class ExecuteReply(_message.Message):
     __slots__ = ("request_index", "header", "rows", "done")
