@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 
@@ -104,9 +105,12 @@ class Coordinator:
     # ------------------------------------------------------- traffic units --
     async def run(self, prepared: list[Prepared], transaction: bool,
                   update: pb.DirectoryUpdate | None = None,
-                  timeout: float | None = None) -> AsyncGenerator[pb.ExecuteReplies, None]:
+                  timeout: float | None = None, arrived: float | None = None
+                  ) -> AsyncGenerator[pb.ExecuteReplies, None]:
         """One traffic unit: IIG places the inserts, the bus carries the unit (with every
-        directory entry not yet sent), PP answers; one generator, not a stack of them."""
+        directory entry not yet sent), PP answers; one generator, not a stack of them.
+        `arrived`: when its request came (`time.perf_counter`), where its response time
+        starts."""
         await self.membership.enter()
         try:
             await self.membership.ensure_up()
@@ -119,7 +123,7 @@ class Coordinator:
             try:
                 inbox, units, insert_clusters = self._broadcast(prepared, transaction, names,
                                                                 timeout or self.timeout)
-                async for reply in pp.gather(inbox, prepared, insert_clusters):
+                async for reply in pp.gather(inbox, prepared, insert_clusters, arrived):
                     timer = loop.call_later(self.stalled_reader, self._stalled, inbox)
                     try:
                         yield reply
@@ -212,6 +216,7 @@ class Coordinator:
                 ) -> AsyncIterator[pb.ExecuteReplies]:
         """A client's request: prepared (and refused, raising) at the call, run as its
         answer is read."""
+        arrived = time.perf_counter()    # the response time counts REQP and any wait too
         self._serving()
         with metrics.handler("REQP", "request"):
             timeout = self.reqp.timeout(timeout)
@@ -221,8 +226,9 @@ class Coordinator:
                 raise PermissionDenied(f"a read-only token may only retrieve; this request "
                                        f"would {', '.join(writes)}")
         if len(text) >= admission.LARGE:
-            return self._admitted(len(text), self.run(prepared, transaction, timeout=timeout))
-        return self.run(prepared, transaction, timeout=timeout)
+            return self._admitted(len(text), self.run(prepared, transaction, timeout=timeout,
+                                                      arrived=arrived))
+        return self.run(prepared, transaction, timeout=timeout, arrived=arrived)
 
     async def _admitted(self, size: int, answer: AsyncGenerator[pb.ExecuteReplies, None]
                         ) -> AsyncIterator[pb.ExecuteReplies]:

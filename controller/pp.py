@@ -153,15 +153,16 @@ def _stamp(done: pb.ExecuteReply, op: str, t0: float) -> pb.ExecuteReply:
     return done
 
 
-async def gather(inbox: Inbox, prepared: list[Prepared],
-                 insert_clusters: list[int]) -> AsyncIterator[pb.ExecuteReplies]:
+async def gather(inbox: Inbox, prepared: list[Prepared], insert_clusters: list[int],
+                 arrived: float | None = None) -> AsyncIterator[pb.ExecuteReplies]:
     """Collect one traffic unit's results from every backend and answer the user.
 
     Replies are passed on in `ExecuteReplies` messages: PP holds what it has while
     more is ready at once, and passes it on before it would wait with rows in hand
-    (so a large answer streams) or when the traffic unit is finished.
+    (so a large answer streams) or when the traffic unit is finished. Each request's
+    response time runs from `arrived` (when its request came), else from now.
     """
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if arrived is None else arrived
     writes = any(p.op in WRITE_OPS for p in prepared)
     held: list[pb.ExecuteReply] = []
     # The next message to the client, its replies built in it rather than copied in: at

@@ -11,6 +11,7 @@ zero reads as about zero in the dashboards' quantiles, through a real Prometheus
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -284,3 +285,34 @@ def test_lock_wait_quantiles_read_zero_when_no_unit_waited(cluster_factory,
                 assert float(s["value"][1]) <= 1e-6, (t["expr"], s)
     finally:
         prom.stop()
+
+
+def test_a_requests_response_time_starts_at_its_arrival(tmp_path: Path) -> None:
+    """The response time (`elapsed_ms`, `mbds_request_seconds`) runs from the request's
+    arrival at the controller, REQP's reading of it and any wait before its unit goes
+    down the bus included, not from the hand-over to PP. REQP is made slow here (a
+    pause added to its preparing): the answer's time must hold the pause."""
+    from controller.coordinator import Coordinator
+    from tests.test_controller_checks import CITIES, answer, backend, run, with_census
+
+    pause = 0.5
+
+    async def scenario(procs: list) -> None:
+        procs.append(backend(tmp_path, "b0"))
+        address = procs[-1].wait_ready(30)
+        c = Coordinator([address], connect_timeout=10, log_path=tmp_path / "c" / "d.db")
+        try:
+            async with asyncio.timeout(60):
+                await with_census(c)
+                prepare = c.reqp.prepare
+
+                def slow(text: str) -> object:
+                    time.sleep(pause)
+                    return prepare(text)
+                c.reqp.prepare = slow        # type: ignore[method-assign,assignment]
+                [res] = await answer(c, CITIES)
+        finally:
+            await c.close()
+        assert res.elapsed_ms >= pause * 1000, res.elapsed_ms
+
+    run(scenario)
