@@ -19,6 +19,7 @@ from controller.bus import BackendLink, Bus
 from controller.decisions import Decisions
 from controller.members import Members
 from mbds import metrics
+from mbds.directory import Directory
 from mbds.errors import BackendUnavailable, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.service import CLUSTER_KEY, COMMITTED_RUNS, EPOCH_KEY, MAX_EPOCH
@@ -78,11 +79,27 @@ class Meeting:
                     break                   # changed meanwhile: read again
                 parts.append(part)
             else:
+                self._whole(link, parts)
                 return parts
             log.info("backend %s: its directory changed while it was read; reading it "
                      "again", link.name)
         raise link.unavailable(f"its directory changed while it was read, "
                                f"{DIRECTORY_READS} times")
+
+    @staticmethod
+    def _whole(link: BackendLink, parts: list[pb.DirectoryReply]) -> None:
+        """The parts make the directory the backend's digest names: a part cut at the
+        wrong place would leave entries out, and IIG would give their ids again."""
+        copy = Directory()
+        try:
+            for part in parts:
+                copy.apply(part.directory)
+            whole = copy.digest() == parts[0].directory_digest
+        except Exception:       # entries that do not fit: refused in full by `_join`
+            return
+        if not whole:
+            raise link.unavailable(f"its directory, read in {len(parts)} parts, is not "
+                                   "the one its digest names")
 
     async def hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
         """Hello, and the backend's in-doubt units resolved before it serves anything."""

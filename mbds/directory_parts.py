@@ -137,8 +137,9 @@ class DirectoryParts:
             for i in range(bisect.bisect_right(files, start.after_file), len(files)):
                 f = file_schema_to_pb(d.files[files[i]])
                 n = entry_size(f)
-                if part.full(n):
-                    return part.update, pb.DirectoryPosition(section=0, after_file=files[i - 1])
+                if part.full(n):     # the next part starts at file i (after none: "")
+                    return part.update, pb.DirectoryPosition(
+                        section=0, after_file=files[i - 1] if i else "")
                 part.add(f, n)
         for section, ids in ((1, descriptors), (2, clusters)):
             if start.section > section:
@@ -153,9 +154,9 @@ class DirectoryParts:
                     file, dids = d.clusters[ids[i]]
                     entry = pb.Cluster(id=ids[i], file=file, descriptor_ids=dids)
                     n = entry_size(entry) + _CLUSTER_COUNT
-                if part.full(n):
-                    return part.update, pb.DirectoryPosition(section=section,
-                                                             after_id=ids[i - 1])
+                if part.full(n):     # the next part starts at entry i (after none: 0)
+                    return part.update, pb.DirectoryPosition(
+                        section=section, after_id=ids[i - 1] if i else 0)
                 part.add(entry, n)
         self._keys = None              # read to the end: nothing to keep for the next part
         return part.update, None

@@ -152,6 +152,26 @@ def test_a_backend_cuts_its_directory_in_bounded_parts_that_make_it_whole() -> N
     assert copy.digest() == d.digest()
 
 
+@pytest.mark.parametrize("descriptors", [1, 2, 3])
+def test_a_part_full_at_the_start_of_a_section_goes_on_from_that_sections_start(
+        descriptors: int) -> None:
+    """Descriptors each larger than a part: the part that holds the last one is full at
+    the first cluster, and the next must start at that cluster, not after the last (the
+    controller read no cluster at all, and gave their ids again). Files first too: a
+    part full at the first descriptor."""
+    d = directory(descriptors, DIRECTORY_PART + 10)
+    cut = DirectoryParts(d)
+    merged, start = pb.DirectoryUpdate(), pb.DirectoryPosition()
+    while True:
+        part, following = cut.cut(start)
+        merged.MergeFrom(part)
+        if following is None:
+            break
+        start = following
+    assert merged == d.to_update()
+    assert len(merged.clusters) == descriptors
+
+
 def test_the_controller_sends_a_directory_in_bounded_parts_that_make_it_whole() -> None:
     d = directory(3_000, 5_000)
     parts = list(directory_parts(directory_entries(d)))
