@@ -277,3 +277,35 @@ def test_a_definition_nested_too_deeply_is_refused_as_a_definition_error(
                               "definition needs four levels)")
     assert sorted(cluster.client.status().files) == files
     assert snapshot(cluster) == before
+
+
+def test_a_directory_read_that_leaves_entries_out_is_refused(tmp_path: Path) -> None:
+    """A backend's directory comes in parts; parts that do not make the directory its
+    digest names (a cluster left out, as a part cut at the wrong place did) are refused
+    at once: read as they are, IIG would give the missing ids again."""
+    log = tmp_path / "c" / "decisions.db"
+
+    async def scenario(procs: list[Proc]) -> None:
+        async with tapped(tmp_path, procs) as (tap, address):
+            c = Coordinator([address], connect_timeout=10, log_path=log)
+            try:
+                async with asyncio.timeout(60):
+                    await with_census(c)
+            finally:
+                await c.close()
+
+            def drop_a_cluster(reply: pb.DirectoryReply) -> None:
+                del reply.directory.clusters[-1:]
+            tap.directory = drop_a_cluster
+            c = Coordinator([address], connect_timeout=10, log_path=log)
+            try:
+                with pytest.raises(BackendUnavailable) as err:
+                    async with asyncio.timeout(60):
+                        await c.start()
+            finally:
+                await c.close()
+            assert str(err.value).endswith(
+                "is unreachable: its directory, read in 1 parts, is not the one its digest "
+                "names"), err.value
+
+    run(scenario)
