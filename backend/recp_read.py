@@ -269,8 +269,8 @@ ITEMS_PER_STATEMENT = (MAX_COLUMNS - 2) // 4
 def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple[str, str]],
                      by: str, request_index: int) -> Iterator[pb.BackendReply]:
     """Partial aggregates of (attribute, aggregate) items, one message per BY group. The
-    sum only where SUM or AVG needs it: SQLite's integer SUM may overflow, and an AVG's
-    (a float) is summed as one, by TOTAL, which does not."""
+    sum only where SUM or AVG needs it: over an integer attribute, exactly, in two halves
+    (SQLite's integer SUM may overflow); over a float one, by TOTAL, which does not."""
     if not plan.clusters:
         return
     key, kparams = _term(plan, by) if by else ("NULL", [])
@@ -283,9 +283,10 @@ def aggregate_groups(conn: sqlite3.Connection, plan: FilePlan, items: list[tuple
         for j, (a, agg) in enumerate(items[k:k + ITEMS_PER_STATEMENT], start=k):
             c, ps = _term(plan, a)
             attr = plan.schema.by_name.get(a)
-            if agg == "SUM" and attr is not None and attr.type == "integer":
-                # SQLite's running SUM overflows on the way to a total that may fit; the
-                # sums of the high and low 32 bits do not, and join exactly below.
+            if agg in ("SUM", "AVG") and attr is not None and attr.type == "integer":
+                # SQLite's running SUM overflows on the way to a total that may fit, and
+                # TOTAL rounds an AVG's to a double; the sums of the high and low 32 bits
+                # do neither, and PP joins them exactly.
                 exprs += [f"SUM({c} >> 32)", f"COUNT({c})", f"SUM({c} & {LOW_32})", "NULL"]
                 eparams += ps * 3
                 halved.add(j)

@@ -91,6 +91,8 @@ class Aggregates:
                     # Each backend's part fits a double, their total not.
                     raise TrafficUnitAborted(
                         f"{agg}({attr}): a sum beyond the range of a double")
+                # An integer sum is exact, and int / int is correctly rounded: the same
+                # AVG however the records are spread over the backends.
                 finals[f"{agg}({attr})"] = (s / n if n else None) if agg == "AVG" else \
                     {"SUM": s, "COUNT": n, "MIN": lo, "MAX": hi}[agg]
             shown = self.keys.get(key, key)

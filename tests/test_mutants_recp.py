@@ -13,10 +13,13 @@ import pytest
 from backend import recp_read, recp_write
 from backend.plan import FilePlan
 from backend.store import Store
+from controller.aggregates import Aggregates
+from controller.reqp import Reqp
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
 from mbds.values import from_pb, to_pb
 from tests.conftest import CENSUS_YAML
+from tests.inproc import census
 
 SCHEMAS = {s.name: s for s in parse_definition(CENSUS_YAML)}
 CENSUS, STATES = SCHEMAS["CENSUS"], SCHEMAS["STATES"]
@@ -130,8 +133,9 @@ def test_partial_aggregates_without_by_and_over_some_clusters() -> None:
     [(key, (records, [pop, city]))] = groups(conn, plan([1, 2]), ["POP", "CITY"], "").items()
     assert (key, records, pop, city[1:]) == (None, 4, (11025, 3, None, None),
                                              (4, None, None))
-    # COUNT, MIN and MAX do not sum (an integer sum may overflow); AVG sums as a float;
-    # MIN and MAX give only their own extreme.
+    # COUNT, MIN and MAX do not sum (an integer sum may overflow); AVG of an integer
+    # attribute sums exactly, of a float one as a float; MIN and MAX give only their own
+    # extreme.
     [(_, (_, [pop, city]))] = groups(conn, plan([1, 2]), ["POP", "CITY"], "", "MIN").items()
     assert (pop, city) == ((None, 3, 25, None), (None, 4, "Albany", None))
     [(_, (_, [pop, city]))] = groups(conn, plan([1, 2]), ["POP", "CITY"], "", "MAX").items()
@@ -139,7 +143,9 @@ def test_partial_aggregates_without_by_and_over_some_clusters() -> None:
     [(_, (_, [pop]))] = groups(conn, plan([1, 2]), ["POP"], "", "COUNT").items()
     assert pop == (None, 3, None, None)
     [(_, (_, [pop]))] = groups(conn, plan([1, 2]), ["POP"], "", "AVG").items()
-    assert pop == (11025.0, 3, None, None) and isinstance(pop[0], float)
+    assert pop == (11025, 3, None, None) and isinstance(pop[0], int)
+    [(_, (_, [area]))] = groups(conn, plan([1, 2]), ["AREA"], "", "AVG").items()
+    assert area == (30.5, 3, None, None) and isinstance(area[0], float)
     # Nothing matches: no group at all (rather than a group of no records).
     assert groups(conn, plan([1, 2], [[("POP", ">", 10**6)]]), ["POP"], "") == {}
     assert groups(conn, plan([]), ["POP"], "STATE") == {}
@@ -251,22 +257,24 @@ def test_aggregates_of_file_and_by_file() -> None:
 
 
 def test_an_integer_sum_comes_in_two_halves_that_join_exactly_beyond_64_bits() -> None:
-    """A backend's part of an integer SUM may leave 64 bits where the total does not
-    (PP checks the total): it sends the sums of the high and the low 32 bits, each in
-    range, with null low sums for the other items."""
+    """A backend's part of an integer SUM or AVG may leave 64 bits where the total does
+    not (PP checks a SUM's total): it sends the sums of the high and the low 32 bits,
+    each in range, with null low sums for the other items (a float AVG's too)."""
     conn = table()
     top = 2**63 - 1
     recp_write.insert(conn, CENSUS, [placed(3, ("Big", top, 1.0, "TX", None))])
-    items = [("POP", "SUM"), ("AREA", "COUNT"), ("AREA", "SUM"), ("POP", "AVG")]
+    items = [("POP", "SUM"), ("AREA", "COUNT"), ("AREA", "SUM"), ("POP", "AVG"),
+             ("AREA", "AVG")]
     [reply] = recp_read.aggregate_groups(conn, plan([3]), items, "", 0)
     [g] = reply.groups.groups
-    assert [v.WhichOneof("v") for v in g.sum_lows] == ["i", None, None, None]
+    assert [v.WhichOneof("v") for v in g.sum_lows] == ["i", None, None, "i", None]
+    assert (g.sums[3], g.sum_lows[3]) == (g.sums[0], g.sum_lows[0])
     assert (g.sums[0].i, g.sum_lows[0].i) == ((top >> 32) + (500 >> 32),
                                               (top & 0xFFFFFFFF) + (500 & 0xFFFFFFFF))
     assert whole_sum(g, 0) == top + 500
     # COUNT, MIN, MAX and AVG of the same records do not overflow.
     [(_, (_, [pop]))] = groups(conn, plan([3]), ["POP"], "", "AVG").items()
-    assert pop == (float(2**63 - 1 + 500), 2, None, None)
+    assert pop == (2**63 - 1 + 500, 2, None, None)
     [(_, (_, [pop]))] = groups(conn, plan([3]), ["POP"], "", "MAX").items()
     assert pop == (None, 2, None, 2**63 - 1)
 
@@ -301,3 +309,129 @@ def test_many_items_split_over_statements_give_the_same_groups(
     assert max(s for *_, sums in whole for s, *_ in sums[:1] if s is not None) >= 3 * 2**62
     monkeypatch.setattr(recp_read, "ITEMS_PER_STATEMENT", per_statement)
     assert run() == whole
+
+
+def merged(text: str, parts: list[list[tuple]]) -> list[list]:
+    """PP's rows for `text` over backends holding `parts` (each a list of (CITY, POP,
+    AREA, STATE) records): each backend's partial groups as RECP computes them, checked
+    and merged as PP does."""
+    p = Reqp(census()[0]).prepare(text)[0][0]
+    pp = Aggregates(p)
+    for records in parts:
+        conn = sqlite3.connect(":memory:")
+        Store._create_file_table(conn, CENSUS)
+        recp_write.insert(conn, CENSUS, [placed(1, (*r, None)) for r in records])
+        for reply in recp_read.aggregate_groups(
+                conn, plan([1]), [(attr, agg) for agg, attr in p.aggregates], p.by, 0):
+            for g in reply.groups.groups:
+                assert pp.fault(g) == ""
+                pp.add(g)
+    return pp.rows()
+
+
+def splits(records: list[tuple]) -> list[list[list[tuple]]]:
+    """The records on one backend, on one each, and dealt over two, either way round."""
+    return [[records], [[r] for r in records], [records[::2], records[1::2]],
+            [records[1::2], [], records[::2]]]
+
+
+def avg(values: list) -> float | None:
+    """The exact average: the whole sum, divided once (int / int rounds correctly)."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+AVG_SUM_COUNT = "RETRIEVE (FILE = Census) (AVG(POP), SUM(POP), COUNT(POP))"
+
+
+def test_an_integer_avg_is_the_exact_sum_over_the_count_on_any_split() -> None:
+    """2^62, 1 and -2^62 average 1/3 (a double's running sum loses the 1 and gives 0);
+    2^53 + 1 + 1 is no double either. Nulls are not counted."""
+    for pops in ([2**62, 1, -2**62], [2**53, 1, 1, None], [-2**63, -2**63, 2**63 - 1, 7]):
+        records = [("C", v, 1.0, "CA") for v in pops]
+        for parts in splits(records):
+            assert merged(AVG_SUM_COUNT, parts) == [
+                [avg(pops), sum(v for v in pops if v is not None),
+                 sum(v is not None for v in pops)]], (pops, parts)
+    # No values (no records, or only nulls): no average.
+    assert merged(AVG_SUM_COUNT, [[], [("C", None, 1.0, "CA")]]) == [[None, None, 0]]
+    # A float attribute's AVG is summed in doubles, as its SUM is: 0.1 + 0.2 is no 0.3.
+    assert merged("RETRIEVE (FILE = Census) (AVG(AREA), SUM(AREA))",
+                  [[("A", 1, 0.1, "CA"), ("B", 1, 0.2, "CA")]]) == [[(0.1 + 0.2) / 2, 0.1 + 0.2]]
+    # Only a SUM's total must fit in 64 bits, not an AVG's.
+    assert merged("RETRIEVE (FILE = Census) (AVG(POP))",
+                  [[("C", 2**62, 1.0, "CA")] * 3]) == [[2.0**62]]
+
+
+def test_an_integer_avg_by_groups_is_exact_per_group() -> None:
+    """Per BY group, the exact average of its values; a group whose values are all null
+    has no average (and a count of 0); a backend with no records adds nothing."""
+    records = [("A", 2**62, 0.1, "CA"), ("B", 1, 0.2, "CA"), ("C", -2**62, 0.3, "CA"),
+               ("D", None, 0.7, "CA"), ("E", 2**53, None, "NY"), ("F", 1, None, "NY"),
+               ("G", 1, None, "NY"), ("H", None, 1.5, "TX"), ("I", None, None, "TX")]
+    text = ("RETRIEVE (FILE = Census) (STATE, AVG(POP), COUNT(POP), SUM(POP), AVG(AREA)) "
+            "BY STATE")
+    for parts in splits(records):
+        assert merged(text, parts) == [
+            ["CA", 1 / 3, 3, 1, pytest.approx(0.325)],
+            ["NY", (2**53 + 2) / 3, 3, 2**53 + 2, None],
+            ["TX", None, 0, None, 1.5]], parts
+
+
+@pytest.mark.parametrize("per_statement", [1, 2])
+def test_an_integer_avg_after_other_items_in_a_later_statement_comes_exact(
+        monkeypatch: pytest.MonkeyPatch, per_statement: int) -> None:
+    """An integer AVG computed by a later statement than the first still comes in halves
+    (its place among all the items, not among its statement's, marks it)."""
+    monkeypatch.setattr(recp_read, "ITEMS_PER_STATEMENT", per_statement)
+    records = [("A", 2**62, 0.5, "CA"), ("B", 1, 0.25, "CA"), ("C", -2**62, None, "CA")]
+    assert merged("RETRIEVE (FILE = Census) (AVG(AREA), COUNT(CITY), AVG(POP))",
+                  [records]) == [[0.375, 3, 1 / 3]]
+
+
+def test_a_float_part_beyond_a_double_is_refused_naming_its_item() -> None:
+    """A backend whose own part of a float SUM or AVG leaves a double's range refuses
+    it, naming the item, rather than sending infinity."""
+    conn = table()
+    recp_write.insert(conn, CENSUS, [placed(3, ("Big", 1, 1e308, "TX", None))] * 2)
+    for agg in ("AVG", "SUM"):
+        items = [("POP", "SUM"), ("AREA", agg)]
+        with pytest.raises(OverflowError) as e:
+            list(recp_read.aggregate_groups(conn, plan([3]), items, "", 0))
+        assert str(e.value) == f"{agg}(AREA): a sum beyond the range of a double"
+
+
+def test_groups_fill_each_message_up_to_batch_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups of a BY go together while their bytes fit BATCH_BYTES, a message exactly
+    full included; each message names its request."""
+    conn = sqlite3.connect(":memory:")
+    Store._create_file_table(conn, CENSUS)
+    recp_write.insert(conn, CENSUS, [placed(1, (f"C{i:02}", i, None, "CA", None))
+                                     for i in range(10, 17)])
+    items = [("POP", "MAX")]
+    [whole] = recp_read.aggregate_groups(conn, plan([1]), items, "CITY", 7)
+    sizes = {g.ByteSize() for g in whole.groups.groups}
+    assert len(whole.groups.groups) == 7 and len(sizes) == 1      # groups alike in size
+    monkeypatch.setattr(recp_read, "BATCH_BYTES", 2 * sizes.pop())
+    replies = list(recp_read.aggregate_groups(conn, plan([1]), items, "CITY", 7))
+    assert [r.request_index for r in replies] == [7] * 4
+    assert [len(r.groups.groups) for r in replies] == [2, 2, 2, 1]
+    assert [g for r in replies for g in r.groups.groups] == list(whole.groups.groups)
+
+
+def test_a_float_directory_attribute_leaving_a_double_is_refused_naming_what_it_gives(
+        ) -> None:
+    """Moving records by a float directory attribute whose arithmetic leaves a double's
+    range: refused, naming the infinity it gives, and nothing is written."""
+    [schema] = parse_definition(
+        "files:\n  F:\n    attributes: {X: float}\n"
+        "    directory:\n      X: {type: A, ranges: [[0, 10]]}\n")
+    conn = sqlite3.connect(":memory:")
+    Store._create_file_table(conn, schema)
+    recp_write.insert(conn, schema, [pb.PlacedRecord(cluster_id=1, values=[to_pb(2.0)])])
+    m = pb.Modifier(attr="X", source="X", arith="*", value=to_pb(1e308))
+    with pytest.raises(recp_write.OutOfRange) as e:
+        recp_write.update_moving(conn, FilePlan(schema, [1], []), m, lambda f, v: 1)
+    assert str(e.value) == ("F.X = X * 1e+308 gives inf for a record, out of the range of "
+                            "float; nothing was updated")
+    assert list(conn.execute('SELECT "X" FROM r_F')) == [(2.0,)]
