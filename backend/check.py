@@ -242,16 +242,18 @@ def _placed(directory: Directory, schema: FileSchema, cluster_ids: Sequence[int]
 
 def _all_of(index: AttrIndex, d: Descriptor, values: list[Value]) -> bool:
     """Does every value fall in descriptor `d` (`AttrIndex.find`)? From the extremes for
-    a range (ranges do not overlap, so every value between two of a range is of it) and
-    from the one value for an equality; value by value otherwise (the no-descriptor
-    class, nulls)."""
+    a range (every value between two of a range, below the next range's low, is of it)
+    and from the one value for an equality; value by value otherwise (the no-descriptor
+    class, nulls, and extremes that do not settle it, as when ranges a directory update
+    added overlap or share a low)."""
     try:
         if d.kind == "A":
             i = bisect.bisect_left(index.lows, d.low)
             low, high = min(values), max(values)    # type: ignore[type-var]
-            return (i < len(index.lows) and index.range_ids[i] == d.id
+            if (i < len(index.lows) and index.range_ids[i] == d.id
                     and index.lows[i] <= low and high <= index.highs[i]
-                    and (i + 1 == len(index.lows) or high < index.lows[i + 1]))
+                    and (i + 1 == len(index.lows) or high < index.lows[i + 1])):
+                return True
         if d.kind != "N" and len(set(values)) == 1:
             return index.find(values[0]) == d.id
     except TypeError:       # a null among numbers or strings

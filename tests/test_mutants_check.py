@@ -11,10 +11,13 @@ import pytest
 
 from backend import check
 from backend.check import BadMessage
+from controller.iig import Iig
 from mbds import columns, traffic
+from mbds.directory import Descriptor, Directory
 from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
 from mbds.values import Value, to_pb
-from tests.inproc import census, unit
+from tests.inproc import census, census_key, census_placed, unit
 
 DIRECTORY, CIDS = census()
 Tamper = Callable[[pb.Request], object]
@@ -303,3 +306,200 @@ def test_a_directory_update_naming_an_unknown_file_is_refused_naming_it() -> Non
     with pytest.raises(BadMessage) as e:
         check.directory_update(DIRECTORY, bad)
     assert str(e.value) == "descriptor 99: unknown file 'NOPE'"
+
+
+# ------------------------------------------------- placement by directory values --
+@pytest.mark.parametrize("records, message", [
+    # A value below the cluster's range (the range's neighbour above does not hold it).
+    ([record(CIDS["Monterey"], "Monterey", -5, 1.0, "CA")],
+     f"inserted record 1 is not of cluster {CIDS['Monterey']}: its CITY 'Monterey', POP -5, "
+     "STATE 'CA' describe another cluster"),
+    # Records of one cluster from both ranges: the second range's low, and its high.
+    ([record(CIDS["Carmel"], "Carmel", 4999, 1.0, "CA"),
+      record(CIDS["Carmel"], "Carmel", 999, 1.0, "CA")],
+     f"inserted record 2 is not of cluster {CIDS['Carmel']}: its CITY 'Carmel', POP 999, "
+     "STATE 'CA' describe another cluster"),
+    # Only the last attribute wrong, in a later record of the cluster: another value of
+    # its list, a null, or (type C) another city.
+    ([record(CIDS["Monterey"], "Monterey", 25, 1.0, "CA"),
+      record(CIDS["Monterey"], "Monterey", 30, 1.0, "NY")],
+     f"inserted record 2 is not of cluster {CIDS['Monterey']}: its CITY 'Monterey', POP 30, "
+     "STATE 'NY' describe another cluster"),
+    ([record(CIDS["Monterey"], "Monterey", 25, 1.0, "CA"),
+      record(CIDS["Monterey"], "Monterey", 30, 1.0, None)],
+     f"inserted record 2 is not of cluster {CIDS['Monterey']}: its CITY 'Monterey', POP 30, "
+     "STATE None describe another cluster"),
+    ([record(CIDS["Monterey"], "Monterey", 25, 1.0, "CA"),
+      record(CIDS["Monterey"], "Carmel", 30, 1.0, "CA")],
+     f"inserted record 2 is not of cluster {CIDS['Monterey']}: its CITY 'Carmel', POP 30, "
+     "STATE 'CA' describe another cluster"),
+    # Only the second attribute wrong: a null in a range cluster.
+    ([record(CIDS["Monterey"], "Monterey", 25, 1.0, "CA"),
+      record(CIDS["Monterey"], "Monterey", None, 1.0, "CA")],
+     f"inserted record 2 is not of cluster {CIDS['Monterey']}: its CITY 'Monterey', POP "
+     "None, STATE 'CA' describe another cluster"),
+    # A value shown whole up to 40 characters, and cut there past them.
+    ([record(CIDS["Monterey"], "M" * 38, 25, 1.0, "CA")],
+     f"inserted record 1 is not of cluster {CIDS['Monterey']}: its CITY '{'M' * 38}', POP "
+     "25, STATE 'CA' describe another cluster"),
+    ([record(CIDS["Monterey"], "M" * 39, 25, 1.0, "CA")],
+     f"inserted record 1 is not of cluster {CIDS['Monterey']}: its CITY '{'M' * 39}…, POP "
+     "25, STATE 'CA' describe another cluster"),
+])
+def test_a_record_off_its_cluster_in_any_one_attribute_is_refused(
+        records: list[pb.PlacedRecord], message: str) -> None:
+    """Every value of every record counts, whether or not the others of its cluster fit:
+    a range's neighbour bounds, a second distinct value of an equality cluster, a null."""
+    assert refused(pb.TrafficUnit(requests=[insert(*records)])) == message
+
+
+def test_records_of_a_states_no_descriptor_class_are_let_through_with_any_value_off_the_list(
+        ) -> None:
+    """A type-B value not in its list is of the attribute's no-descriptor class: any such
+    values share its cluster, and a listed value is not of it."""
+    iig, cids = census_placed()
+    austin = iig.cluster_of("CENSUS", census_key(iig, "Austin", 9000, "TX"),
+                            pb.DirectoryUpdate())
+    tu = pb.TrafficUnit(requests=[insert(record(austin, "Austin", 9000, 1.0, "TX"),
+                                         record(austin, "Austin", 6000, 1.0, "WA"),
+                                         record(austin, "Austin", 5000, 1.0, "TX"))])
+    check.traffic_unit(iig.directory, tu)
+    tu.requests[0].records.append(record(austin, "Austin", 9000, 1.0, "CA"))
+    with pytest.raises(BadMessage) as e:
+        check.traffic_unit(iig.directory, tu)
+    assert str(e.value) == (f"inserted record 4 is not of cluster {austin}: its CITY "
+                            "'Austin', POP 9000, STATE 'CA' describe another cluster")
+
+
+def interleaved(first: int) -> pb.LoadColumns:
+    """A batch whose clusters interleave (Carmel, Monterey, Carmel, Monterey), its first
+    record of Monterey's POP range in Carmel's cluster, its second and fourth of
+    Carmel's in Monterey's."""
+    rows: list[list[Value]] = [["Carmel", 25, 1.0, "CA"], ["Monterey", 2000, 1.0, "CA"],
+                               ["Carmel", 2000, 1.0, "CA"], ["Monterey", 3000, 1.0, "CA"]]
+    b = columns.encode_batch(rows, 4, first)
+    b.cluster_ids.extend([CIDS["Carmel"], CIDS["Monterey"]] * 2)
+    return b
+
+
+@pytest.mark.parametrize("first, who", [
+    (11, "record 12"), (0, "record 2 of this backend's share of its batch")])
+def test_a_batch_is_checked_cluster_by_cluster_naming_the_lowest_clusters_first_bad_record(
+        first: int, who: str) -> None:
+    """Records are taken by cluster, lowest id first, however the batch orders them: of
+    several bad records the one named is the first of the lowest cluster holding one,
+    not the batch's first. A record is named by its number in the load, or by its place
+    in a backend's share of a split batch (which has no `first`)."""
+    assert CIDS["Monterey"] < CIDS["Carmel"]
+    assert refused(loading(interleaved(first))) == (
+        f"{who} is not of cluster {CIDS['Monterey']}: its CITY 'Monterey', POP 2000, "
+        "STATE 'CA' describe another cluster")
+    good = interleaved(first)
+    good.cluster_ids[:] = [CIDS["Monterey"], CIDS["Carmel"], CIDS["Carmel"], CIDS["Carmel"]]
+    good.columns[0].Clear()
+    columns.encode(["Monterey", "Carmel", "Carmel", "Carmel"], good.columns[0])
+    check.traffic_unit(DIRECTORY, loading(good))
+
+
+# A float directory attribute (type C) and an integer one of type A, whose ranges leave
+# room for the ones a directory update may add (a definition refuses ranges that touch
+# or overlap; a backend's entry check takes each descriptor alone).
+LEVELS = ("files:\n  LEVELS:\n    attributes: {F: float, K: integer, T: string}\n"
+          "    directory:\n      F: {type: C}\n      K: {type: A, ranges: [[0, 10], [30, 40]]}\n")
+
+
+class Levels:
+    """The LEVELS directory, with K ranges added as a directory update carries them."""
+
+    def __init__(self, *ranges: tuple[int, int]) -> None:
+        self.iig = Iig(Directory())
+        self.iig.define(parse_definition(LEVELS))
+        self.directory = self.iig.directory
+        self.added = [100 + n for n in range(len(ranges))]
+        self.directory.apply(pb.DirectoryUpdate(descriptors=[
+            Descriptor(did, "LEVELS", "K", "A", low=low, high=high).to_pb()
+            for did, (low, high) in zip(self.added, ranges, strict=True)]))
+
+    def cluster(self, f: Value, k: int, k_descriptor: int | None = None) -> int:
+        """The cluster of F = f and K = k (or of K's descriptor `k_descriptor`)."""
+        if k_descriptor is None:
+            return self.iig.cluster_of("LEVELS", ["LEVELS", f, k], pb.DirectoryUpdate())
+        f_did = self.iig.cluster_of("LEVELS", ["LEVELS", f, 0], pb.DirectoryUpdate())
+        ids = self.directory.clusters[f_did][1]
+        return self.iig.cluster_of_ids("LEVELS", (ids[0], ids[1], k_descriptor),
+                                       pb.DirectoryUpdate())
+
+    def inserted(self, *records: pb.PlacedRecord) -> str | None:
+        """The check's refusal of an ABDL INSERT of `records`, or None if it passes."""
+        return self.checked(pb.Request(op=pb.INSERT, file="LEVELS", records=records))
+
+    def loaded(self, rows: list[list[Value]], cids: list[int], first: int = 1) -> str | None:
+        b = columns.encode_batch(rows, 3, first)
+        b.cluster_ids.extend(cids)
+        return self.checked(pb.Request(op=pb.INSERT, file="LEVELS", columns=b))
+
+    def checked(self, req: pb.Request) -> str | None:
+        try:
+            check.traffic_unit(self.directory, pb.TrafficUnit(requests=[req]))
+        except BadMessage as e:
+            return str(e)
+        return None
+
+
+BIG = 2 ** 53       # 2**53 + 1 is no float: its float is 2**53
+
+
+def test_integers_of_a_float_attribute_are_placed_as_the_floats_stored() -> None:
+    """An integer inserted or loaded into a float attribute is stored, so placed, as its
+    float: 2**53 + 1 is of the cluster of 2**53; 2**53 + 2 (a float itself) is not, and
+    is shown as stored. A null is of the null's cluster."""
+    lv = Levels()
+    big, three, null = lv.cluster(float(BIG), 5), lv.cluster(3.0, 5), lv.cluster(None, 5)
+    assert lv.inserted(record(big, BIG + 1, 5, "a"), record(big, BIG, 5, "b"),
+                       record(big, float(BIG), 5, "c"), record(three, 3, 5, "d"),
+                       record(null, None, 5, "e")) is None
+    assert lv.inserted(record(big, BIG + 1, 5, "a"), record(big, BIG + 2, 5, "b")) == (
+        f"inserted record 2 is not of cluster {big}: its F 9007199254740994.0, K 5 "
+        "describe another cluster")
+    for rows in ([[BIG + 1, 5, "a"], [BIG + 1, 5, "b"], [3, 5, "c"]],     # one constant
+                 [[BIG + 1, 5, "a"], [BIG, 5, "b"], [3, 5, "c"]],         # integers
+                 [[BIG + 1, 5, "a"], [float(BIG), 5, "b"], [3, 5, "c"]],  # of both types
+                 [[float(BIG), 5, "a"], [float(BIG), 5, "b"], [3.0, 5, "c"]]):
+        assert lv.loaded(rows, [big, big, three]) is None, rows
+    assert lv.loaded([[BIG + 1, 5, "a"], [None, 5, "b"], [3.0, 5, "c"]],
+                     [big, null, three]) is None
+    assert lv.loaded([[BIG + 1, 5, "a"], [BIG + 2, 5, "b"]], [big, big], first=7) == (
+        f"record 8 is not of cluster {big}: its F 9007199254740994.0, K 5 describe "
+        "another cluster")
+
+
+def test_ranges_that_touch_place_their_shared_bound_in_the_upper_one() -> None:
+    """K's ranges [0, 10] and [10, 20] (a directory update's) share 10, which the
+    directory finds in the upper one: a 10 in the lower one's cluster is refused, there
+    alone or with values of the range."""
+    lv = Levels((10, 20))
+    lower, upper = lv.cluster(1.0, 5), lv.cluster(1.0, 15)
+    assert lower != upper
+    assert lv.inserted(record(lower, 1.0, 0, "a"), record(lower, 1.0, 9, "b"),
+                       record(upper, 1.0, 10, "c"), record(upper, 1.0, 20, "d")) is None
+    for ks in ([10], [0, 10], [5, 15]):
+        assert lv.inserted(*(record(lower, 1.0, k, "x") for k in ks)) == (
+            f"inserted record {len(ks)} is not of cluster {lower}: its F 1.0, K {ks[-1]} "
+            "describe another cluster"), ks
+    assert lv.loaded([[1.0, 3, "a"], [1.0, 10, "b"]], [lower, lower]) == (
+        f"record 2 is not of cluster {lower}: its F 1.0, K 10 describe another cluster")
+
+
+def test_ranges_of_one_low_place_their_values_in_the_one_the_directory_finds() -> None:
+    """K's ranges [0, 10] and [0, 5] (a directory update's) both start at 0; the
+    directory finds every value of them in [0, 10], so a record is let through there and
+    refused in [0, 5]'s cluster (not failing the check itself)."""
+    lv = Levels((0, 5))
+    found, shadowed = lv.cluster(1.0, 3), lv.cluster(1.0, 3, k_descriptor=lv.added[0])
+    assert found != shadowed
+    assert lv.inserted(record(found, 1.0, 3, "a"), record(found, 1.0, 0, "b"),
+                       record(found, 1.0, 10, "c")) is None
+    assert lv.loaded([[1.0, 3, "a"], [1.0, 4, "b"]], [found, found]) is None
+    assert lv.inserted(record(shadowed, 1.0, 3, "a")) == (
+        f"inserted record 1 is not of cluster {shadowed}: its F 1.0, K 3 describe "
+        "another cluster")

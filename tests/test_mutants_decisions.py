@@ -230,6 +230,7 @@ def test_an_inline_write_that_fails_fails_its_decision_and_the_next_is_written(
             await d.commit(("bad", 1), ["b0"])
         await d.commit(("e", 2), ["b0"])
         assert await d.outcome(("bad", 1)) is False and await d.outcome(("e", 2)) is True
+        await _checkpoint_done(d)       # the one the failure started
         await d.close()
 
     with caplog.at_level(logging.ERROR, logger="mbds.controller"):
@@ -696,3 +697,74 @@ def test_a_backend_listing_less_than_it_told_is_an_older_copy(
             epoch="e1", holds="none", seq=5)
         assert c.older("b1", []) == OLDER.format(
             epoch=f"{'x' * 40}… (41 characters)", holds="none", seq=2)
+
+
+@pytest.mark.parametrize("what", ["decision", "told"])
+def test_a_failed_write_starts_a_checkpoint_at_once_which_empties_the_wal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        what: str) -> None:
+    """With NORMAL, a write that fails (a decision, or what the backends told) is
+    followed by a checkpoint without waiting for CHECKPOINT_EVERY decisions, as a full
+    WAL is what a checkpoint empties: what was written before is then in the file itself,
+    and the WAL starts again from nothing."""
+    monkeypatch.setattr(decisions, "CHECKPOINT_EVERY", 1000)
+    monkeypatch.setattr(decisions, "TOLD_EVERY", 0.01)
+    path, copy = tmp_path / "decisions.db", tmp_path / "copy.db"
+    wal = Path(f"{path}-wal")
+
+    async def run() -> None:
+        d = Decisions(path, "NORMAL")
+        d.begin("e")
+        await d.commit(("e", 1), ["b0"])
+        assert _in_file_itself(path, copy) == set() and wal.stat().st_size > 0
+        if what == "decision":
+            _refuse_epoch(path, "bad")
+            with pytest.raises(sqlite3.IntegrityError):
+                await d.commit(("bad", 1), ["b0"])
+        else:
+            write, failed = d._write, []
+
+            def fail(*args: object) -> None:     # at every tick: nothing more is written
+                failed.append(1)
+                raise sqlite3.OperationalError("disk I/O error")
+
+            d._write = fail  # type: ignore[method-assign]
+            d.carried_out("b0", ("e", 1))
+            async with asyncio.timeout(10):
+                while not failed:
+                    await asyncio.sleep(0.01)
+        await _checkpoint_done(d)
+        assert _in_file_itself(path, copy) == {1}
+        assert wal.stat().st_size == 0
+        if what == "told":
+            d._write = write  # type: ignore[method-assign]
+        await d.close()
+
+    with caplog.at_level(logging.CRITICAL, logger="mbds.controller"):
+        asyncio.run(run())
+
+
+def test_close_returns_only_once_a_running_checkpoint_has_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint still running in the log's thread when the log closes is waited for:
+    its connection is not closed under it."""
+    monkeypatch.setattr(decisions, "CHECKPOINT_EVERY", 1)
+    release, ended = threading.Event(), threading.Event()
+
+    def slow(self: Decisions) -> None:
+        release.wait(10)
+        ended.set()
+
+    monkeypatch.setattr(Decisions, "_checkpoint", slow)
+
+    async def run() -> None:
+        d = Decisions(tmp_path / "decisions.db", "NORMAL")
+        await d.commit(("e", 1), ["b0"])
+        assert d._checkpointing is not None and not ended.is_set()
+        timer = threading.Timer(0.2, release.set)
+        timer.start()
+        await d.close()
+        assert ended.is_set()
+        timer.join()
+
+    asyncio.run(run())
