@@ -79,7 +79,6 @@ class Meeting:
                     break                   # changed meanwhile: read again
                 parts.append(part)
             else:
-                self._whole(link, parts)
                 return parts
             log.info("backend %s: its directory changed while it was read; reading it "
                      "again", link.name)
@@ -87,7 +86,7 @@ class Meeting:
                                f"{DIRECTORY_READS} times")
 
     @staticmethod
-    def _whole(link: BackendLink, parts: list[pb.DirectoryReply]) -> None:
+    def whole(link: BackendLink, parts: list[pb.DirectoryReply]) -> None:
         """The parts make the directory the backend's digest names: a part cut at the
         wrong place would leave entries out, and IIG would give their ids again."""
         copy = Directory()
@@ -95,7 +94,7 @@ class Meeting:
             for part in parts:
                 copy.apply(part.directory)
             whole = copy.digest() == parts[0].directory_digest
-        except Exception:       # entries that do not fit: refused in full by `_join`
+        except Exception:       # entries that do not fit (checked before this is asked)
             return
         if not whole:
             raise link.unavailable(f"its directory, read in {len(parts)} parts, is not "

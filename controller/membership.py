@@ -112,6 +112,7 @@ class Membership:
             except EntryError as e:
                 raise BackendUnavailable(f"backend {link.name} ({link.address}): its "
                                          f"directory is refused: {e}") from None
+            self.meet.whole(link, parts)
         for name in names:
             # A known backend at a new address (a re-created container): same data,
             # same identity; the new link replaces the old one, once the old address no

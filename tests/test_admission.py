@@ -57,7 +57,7 @@ def test_large_requests_wait_for_room_and_small_ones_do_not(monkeypatch) -> None
         running: list[str] = []
         release = asyncio.Event()
 
-        async def run(prepared, transaction, update=None, timeout=None):
+        async def run(prepared, transaction, update=None, timeout=None, arrived=None):
             running.append(prepared[0].op)
             await release.wait()
             yield pb.ExecuteReplies()

@@ -180,7 +180,7 @@ def test_timeout_s_is_capped_and_bad_ones_refused_before_anything_runs(monkeypat
         c.iig.define(parse_definition(CENSUS_YAML))
         c.started = True            # as if it had met its (no) backends
 
-        async def run(prepared, transaction, update=None, timeout=None):
+        async def run(prepared, transaction, update=None, timeout=None, arrived=None):
             asked.append(timeout)
             yield pb.ExecuteReplies()
 
