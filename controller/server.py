@@ -17,7 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from controller.coordinator import STALLED_READER, Coordinator
 from controller.session import Sessions, failure
 from mbds import dirlock, eventloop, tls
-from mbds.doors import RoleDoor, TokenDoor, TokensFile
+from mbds.doors import RoleDoor, TokenDoor, TokensFile, rebuilt
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
@@ -174,14 +174,7 @@ def _refusing(handler: grpc.RpcMethodHandler, message: Descriptor) -> grpc.RpcMe
                 await _fail(context, request.error)
             return await inner(request, context)
         behaviour = unary
-    make = {(False, False): grpc.unary_unary_rpc_method_handler,
-            (False, True): grpc.unary_stream_rpc_method_handler,
-            (True, False): grpc.stream_unary_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler}[
-        (handler.request_streaming, handler.response_streaming)]
-    return make(behaviour, request_deserializer=_deserializer(handler.request_deserializer,
-                                                              message),
-                response_serializer=handler.response_serializer)
+    return rebuilt(handler, behaviour, _deserializer(handler.request_deserializer, message))
 
 
 class _Registered:

@@ -49,12 +49,18 @@ def _guard(handler: grpc.RpcMethodHandler,
             await check(context)
             return await inner(request, context)
         behaviour = unary
+    return rebuilt(handler, behaviour, handler.request_deserializer)
+
+
+def rebuilt(handler: grpc.RpcMethodHandler, behaviour: Callable[..., Any],
+            request_deserializer: Callable[[bytes], Any] | None) -> grpc.RpcMethodHandler:
+    """A handler of the same kind and serializer as `handler`, running `behaviour`."""
     make = {(False, False): grpc.unary_unary_rpc_method_handler,
             (False, True): grpc.unary_stream_rpc_method_handler,
             (True, False): grpc.stream_unary_rpc_method_handler,
             (True, True): grpc.stream_stream_rpc_method_handler}[
         (handler.request_streaming, handler.response_streaming)]
-    return make(behaviour, request_deserializer=handler.request_deserializer,
+    return make(behaviour, request_deserializer=request_deserializer,
                 response_serializer=handler.response_serializer)
 
 
