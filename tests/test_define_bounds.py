@@ -12,10 +12,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from mbds import schema
+from mbds import definition_text
 from mbds.client import Client, ClientError
+from mbds.definition_text import MAX_DEPTH, MAX_NODES
 from mbds.errors import DefinitionError
-from mbds.schema import MAX_DEFINITION, MAX_DEPTH, MAX_NODES, parse_definition
+from mbds.schema import MAX_DEFINITION, parse_definition
 from tests.conftest import CENSUS_YAML, Running, start_cluster
 
 # The refused definition that held the controller for half a minute: 500,000 scalars.
@@ -39,8 +40,8 @@ def loader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     """Either parser: libyaml's, and PyYAML's Python one that words syntax errors (and
     parses alone where libyaml is missing)."""
     if request.param == "python":
-        monkeypatch.setattr(schema, "_CLoader", None)
-    elif schema._CLoader is None:
+        monkeypatch.setattr(definition_text, "_CLoader", None)
+    elif definition_text._CLoader is None:
         pytest.skip("PyYAML without libyaml")
     return str(request.param)
 
@@ -56,7 +57,7 @@ def test_the_nodes_of_a_definition_are_bounded() -> None:
 
 def test_either_parser_counts_nodes_alike(loader: str, monkeypatch: pytest.MonkeyPatch
                                          ) -> None:
-    monkeypatch.setattr(schema, "MAX_NODES", 100)
+    monkeypatch.setattr(definition_text, "MAX_NODES", 100)
     assert [f.name for f in parse_definition(padded(100))] == ["F"]
     assert "more than 100 YAML nodes" in refused(padded(101))
     # Counted before anything is built, and before a syntax error further on.
