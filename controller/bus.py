@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 import grpc
 
 from controller.decisions import Decisions
-from controller.inbox import WINDOW, BackendFailure, Inbox
+from controller.inbox import BackendFailure, Inbox
+from controller.reply_order import WINDOW
 from mbds import metrics, tls
 from mbds.directory_parts import directory_parts, update_entries
 from mbds.errors import BackendUnavailable, SemanticError, shorten

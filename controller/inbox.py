@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 
 from controller.decisions import Decisions
+from controller.reply_order import FINAL_KINDS, WINDOW, Sent
 from mbds import faults
 from mbds.errors import DeadlineExceeded, TrafficUnitAborted
 from mbds.mailbox import Mailbox
@@ -44,27 +45,12 @@ class Link(Protocol):
 
     def unavailable(self, detail: str | None = None) -> Exception: ...
 
-WINDOW = 8           # row batches (or groups) a backend may send of one unit ahead of PP
+
 GRANT = WINDOW // 2  # credit is returned in steps of this many
 
 # What a bus delivers to an inbox: a reply, None when that bus broke, or (a string)
 # why a reply was refused.
 Delivery: TypeAlias = tuple[Link, "pb.BackendReply | str | None"]
-
-FINAL_KINDS = ("committed", "error")       # a backend's last reply of a unit
-
-
-class Sent:
-    """What one backend has sent of a unit so far, as it arrived: its request under way
-    (every earlier one done), its row batches and groups against the credit granted to
-    it, its vote and its last reply."""
-
-    __slots__ = ("at", "batches", "granted", "voted", "final", "refused")
-
-    def __init__(self) -> None:
-        self.at = self.batches = self.granted = 0
-        self.voted = self.refused = False
-        self.final = ""
 
 
 class BackendFailure(Exception):
@@ -128,7 +114,7 @@ class Inbox:
                 sent.final = kind
                 self.queue.put((link, msg))
             return
-        fault = self._fault(sent, msg, kind)
+        fault = sent.fault(msg, kind, self.end)
         if fault:
             sent.refused = True
             if kind in FINAL_KINDS and not sent.final:
@@ -137,49 +123,6 @@ class Inbox:
                                   f"{link.name} ({link.address}): {fault}"))
             return
         self.queue.put((link, msg))
-
-    def _fault(self, sent: Sent, msg: pb.BackendReply, kind: str | None) -> str:
-        """What is wrong with `msg` coming next from a backend that has `sent` so far ("" if
-        nothing), its effect on that recorded. A backend answers request 0, 1, ... in
-        turn, each ending with its `done`, sends at most WINDOW row batches (or groups)
-        beyond the credit returned to it, then its vote (`prepared`, for a definition
-        followed by `committed`) or `committed`; `error` may come at any point; nothing
-        after the last."""
-        if sent.final:
-            return f"{kind or 'a reply with no body'} after its {sent.final}"
-        at = sent.at
-        if kind == "rows" or kind == "groups" or kind == "done":
-            i = msg.request_index
-            if i == at:
-                if kind == "done":
-                    sent.at = at + 1
-                    return ""
-                sent.batches += 1
-                if sent.batches > WINDOW + sent.granted:
-                    return (f"{sent.batches} row batches or groups with credit for "
-                            f"{WINDOW + sent.granted}")
-                return ""
-            if i >= self.end:
-                return f"{kind} for request {i}, " + (
-                    f"beyond the unit's last ({self.end - 1})" if self.end
-                    else "but the unit has no requests")
-            if i < at:
-                return f"a second done for request {i}" if kind == "done" else \
-                    f"{kind} for request {i} after its done"
-            return f"{kind} for request {i} before the done of request {at}"
-        if kind == "error":
-            sent.final = kind
-            return ""
-        if kind == "prepared" or kind == "committed":
-            if at < self.end:
-                return f"{kind} before the done of request {at}"
-            if kind == "committed":
-                sent.final = kind
-            elif sent.voted:
-                return "a second prepared"
-            sent.voted = True
-            return ""
-        return f"a reply of unknown kind {kind}" if kind else "a reply with no body"
 
     def unregister(self) -> None:
         """Stop routing this unit's replies here (later ones are dropped)."""

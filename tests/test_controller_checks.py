@@ -17,7 +17,8 @@ import grpc
 import pytest
 
 from controller.coordinator import Coordinator
-from controller.inbox import WINDOW, BackendFailure, Inbox
+from controller.inbox import BackendFailure, Inbox
+from controller.reply_order import WINDOW
 from mbds.client import ClientError, collect
 from mbds.cluster import Proc
 from mbds.directory import Directory
