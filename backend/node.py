@@ -36,22 +36,16 @@ from backend.plancache import PlanCache
 from backend.state import BusConfig, BusOut, Cancelled, TuState, handler_timer
 from backend.store import Store
 from backend.twophase import TwoPhaseWrites
+from backend.units import Units
 from backend.writer import Writer
 from mbds import faults, metrics
 from mbds.directory import Directory
 from mbds.errors import shorten
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
-from mbds.service import MAX_BACKEND_NAME, MAX_MESSAGE
+from mbds.service import MAX_BACKEND_NAME
 
 log = logging.getLogger("mbds.backend")
-
-# Units a peer's ids may name before their traffic unit comes here, and the bytes of ids
-# kept for them: more is no peer running ahead of this backend but a flood, refused
-# (`on_peer_ids`). The bytes are room for two of the largest messages.
-MAX_UNARRIVED = 4096
-MAX_UNARRIVED_BYTES = 2 * MAX_MESSAGE
-
 
 class BackendNode:
     """One backend: the bus's messages through DM's stages and CC to the execution."""
@@ -71,7 +65,9 @@ class BackendNode:
         # per cluster for the controller's Directory call (placement state).
         self.counting = ThreadPoolExecutor(1, thread_name_prefix="cluster-counts")
         self.plans = PlanCache(self.directory, name)
-        self.tus: dict[tuple[str, int], TuState] = {}
+        self.loop = asyncio.get_running_loop()
+        self.units = Units(self.loop, result_timeout)
+        self.tus = self.units.states
         self.stage2: Mailbox[tuple[tuple[str, int], TuState]] = Mailbox()
         self.movers = Movers()
         self.exchange = IdExchange(peers, result_timeout, self.plans)
@@ -80,7 +76,6 @@ class BackendNode:
         self.directory_updates = DirectoryUpdates(self.directory, self.definitions, self.cc,
                                                   self._acquire)
         self.result_timeout = result_timeout
-        self.loop = asyncio.get_running_loop()
         self._h = handler_timer(name)
         self._lock_waits = {kind: metrics.child(metrics.LOCK_WAIT_SECONDS, kind, name)
                             for kind in ("attribute", "directory", "did_group", "cluster")}
@@ -90,29 +85,6 @@ class BackendNode:
                                        self.loop)
         self._stage2_task = asyncio.create_task(self._stage2_loop())
         self.metrics_port = 0
-        self.unarrived = 0          # states made by peer ids, counted again when at the bound
-        self.unarrived_bytes = 0    # their ids' bytes, likewise
-
-    def state(self, key: tuple[str, int], *, arriving: bool = False) -> TuState:
-        """The unit's state; `arriving` when its traffic unit itself has come."""
-        st = self.tus.get(key)
-        if st is None:
-            st = self.tus[key] = TuState(key)
-            if not arriving:
-                # Forget it if its traffic unit never shows up (e.g. late peer ids of a
-                # unit already finished here).
-                st.expiry = self.loop.call_later(self.result_timeout * 2,
-                                                 self._forget_unarrived, key, st)
-        elif arriving and st.expiry is not None:
-            # The unit came after its peers' ids: `_finish` forgets it now, and a timer
-            # left armed would keep it (and its traffic unit) alive long after.
-            st.expiry.cancel()
-            st.expiry = None
-        return st
-
-    def _forget_unarrived(self, key: tuple[str, int], st: TuState) -> None:
-        if self.tus.get(key) is st and st.tu is None:
-            del self.tus[key]
 
     async def _acquire(self, kind: str, owner: Hashable,
                        wants: dict[Hashable, str]) -> tuple[Hashable, int]:
@@ -158,7 +130,7 @@ class BackendNode:
             return
         self.last_seq = tu.seq
         key = (self.config.epoch, tu.seq)
-        st = self.state(key, arriving=True)
+        st = self.units.state(key, arriving=True)
         st.tu, st.bus, st.credits = tu, bus, bus.window
         # Handler timers do not nest, so a process's handlers add up to its time.
         with self._h("dm.traffic_unit"):
@@ -199,37 +171,10 @@ class BackendNode:
             self.stage2.put((key, st))
 
     def on_peer_ids(self, msg: pb.DescriptorIds) -> None:
-        key = (msg.epoch, msg.seq)
-        st = self.tus.get(key)
-        if st is None:
-            if msg.epoch == self.config.epoch and msg.seq <= self.last_seq:
-                return              # late ids of a unit that ran here already: nothing waits
-            self.unarrived = sum(1 for s in self.tus.values() if s.tu is None) \
-                if self.unarrived >= MAX_UNARRIVED else self.unarrived + 1
-            if self.unarrived > MAX_UNARRIVED:
-                raise check.BadMessage(
-                    f"descriptor ids for more than {MAX_UNARRIVED} units that have not come "
-                    f"here (unit {shorten(msg.epoch, 40)}/{msg.seq}): refused")
-            st = self.state(key)
-        if st.tu is None:           # kept until the unit comes: bounded in bytes too
-            self._keep_early(st, msg)
-        with self._h("dm.descriptor_ids"):
-            self.exchange.received(st, msg)
-
-    def _keep_early(self, st: TuState, msg: pb.DescriptorIds) -> None:
-        size = msg.ByteSize()
-        if self.unarrived_bytes + size > MAX_UNARRIVED_BYTES:
-            # Counted again from the states still waiting: those that came or expired
-            # meanwhile give their room back.
-            self.unarrived_bytes = sum(s.early_bytes for s in self.tus.values()
-                                       if s.tu is None)
-            if self.unarrived_bytes + size > MAX_UNARRIVED_BYTES:
-                raise check.BadMessage(
-                    f"descriptor ids of more than {MAX_UNARRIVED_BYTES >> 20} MiB for units "
-                    f"that have not come here (unit {shorten(msg.epoch, 40)}/{msg.seq}): "
-                    "refused")
-        st.early_bytes += size
-        self.unarrived_bytes += size
+        st = self.units.for_ids(msg, self.config.epoch, self.last_seq)
+        if st is not None:
+            with self._h("dm.descriptor_ids"):
+                self.exchange.received(st, msg)
 
     def on_abort(self, seq: int, reason: str) -> None:
         st = self.tus.get((self.config.epoch, seq))
@@ -374,8 +319,7 @@ class BackendNode:
 
     def _forget(self, st: TuState) -> None:
         self.movers.end(st.key)
-        if self.tus.get(st.key) is st:
-            del self.tus[st.key]
+        self.units.forget(st)
 
     async def _finish(self, st: TuState, *, committed: bool = False, error: str = "") -> None:
         """The unit's last message to PP; then it is forgotten here."""

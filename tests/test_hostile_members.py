@@ -72,7 +72,7 @@ def test_a_backend_refuses_ids_for_more_units_than_may_come_and_serves_on(
     they might: past MAX_UNARRIVED units the stream is refused (RESOURCE_EXHAUSTED,
     naming the bound and the unit, shortened), ids of a unit that ran here already take
     no room, and the backend serves its bus as before."""
-    from backend.node import MAX_UNARRIVED
+    from backend.units import MAX_UNARRIVED
 
     r = census(cluster_factory)
     before = contents(r)

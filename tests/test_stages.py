@@ -281,9 +281,9 @@ def test_ids_kept_for_units_not_yet_come_are_bounded_in_bytes(
     """One unit not yet come, named by messages from ever new senders, is no flood by the
     count of units: the bytes kept for such units are bounded too. Past the bound the
     ids are refused, naming it; once the units come, their room is given back."""
-    import backend.node
+    import backend.units
 
-    monkeypatch.setattr(backend.node, "MAX_UNARRIVED_BYTES", 4 << 20, raising=False)
+    monkeypatch.setattr(backend.units, "MAX_UNARRIVED_BYTES", 4 << 20)
 
     async def scenario() -> None:
         node, bus, _ = await _node(tmp_path, backends=2)
