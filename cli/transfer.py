@@ -28,6 +28,7 @@ from cli.options import controller_option, fail
 from cli.records_in import BAD_INPUT, Record, csv_records, json_records
 from mbds.client import LOAD_CHUNK, Client, ClientError
 from mbds.proto import mbds_pb2 as pb
+from mbds.replies import Answer
 from mbds.service import MAX_LOAD_RECORDS, MAX_MESSAGE
 
 FORMATS = ("jsonl", "csv")
@@ -241,28 +242,31 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
                f"({done / seconds:,.0f} records/s)")
 
 
-def _write(replies: Iterable[pb.ExecuteReply], out: io.TextIOBase, fmt: str) -> int:
+def _write(replies: Iterable[pb.ExecuteReply], out: io.TextIOBase, fmt: str,
+           written: list[int]) -> None:
     """The rows of a `RETRIEVE (ALL)` into `out` as they arrive, without FILE (a dump is
-    of one file); the number written."""
-    written, keep, names = 0, [], []
+    of one file), each checked as the client checks an answer (`Answer`); `written[0]`
+    counts them. Raises ClientError if the answer ends without its `done`: then the
+    file holds only part of the records."""
+    answer, keep, names = Answer(), [], []
     writer = csv.writer(out) if fmt == "csv" else None
     for reply in replies:
-        kind = reply.WhichOneof("body")
-        if kind == "header":
+        rows = answer.take(reply)
+        if reply.WhichOneof("body") == "header":
             keep = [i for i, c in enumerate(reply.header.columns) if c != "FILE"]
             names = [reply.header.columns[i] for i in keep]
             if writer:
                 writer.writerow(names)
-        elif kind == "rows":
-            rows = [[row[i] for i in keep] for row in json.loads(reply.rows.rows_json)]
+        if rows:
+            rows = [[row[i] for i in keep] for row in rows]
             if writer:
                 writer.writerows(rows)      # None as an empty cell
             else:
                 for r in rows:
                     line = json.dumps(dict(zip(names, r, strict=True)), ensure_ascii=False)
                     out.write((line if line.isascii() else line.translate(LINE_BREAKS)) + "\n")
-            written += len(rows)
-    return written
+            written[0] += len(rows)
+    answer.finish()
 
 
 @click.command()
@@ -278,6 +282,7 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
     """Write every record of file NAME (attributes and body) as JSON Lines or CSV."""
     fmt = _format(out, fmt, "jsonl")
     t0 = time.perf_counter()
+    written = [0]
     try:
         with Client(controller, timeout=timeout) as c:
             file, _ = _definition(c, name)
@@ -286,7 +291,11 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
             with click.open_file(out, "wb") as binary:
                 text = io.TextIOWrapper(binary, encoding="utf-8", newline="")
                 try:
-                    written = _write(replies, text, fmt)
+                    _write(replies, text, fmt, written)
+                except ClientError as e:
+                    raise ClientError(e.code, f"{e}; the dump is incomplete: {written[0]} "
+                                      f"records of {file} written to "
+                                      f"{'standard output' if out == '-' else out}") from None
                 finally:
                     text.detach()       # flushed; the binary stream stays open
     except BrokenPipeError:
@@ -296,5 +305,5 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
         sys.exit(141)
     except (ClientError, OSError) as e:
         fail(e)
-    click.echo(f"dumped {written} records of {file} in {time.perf_counter() - t0:.1f} s",
+    click.echo(f"dumped {written[0]} records of {file} in {time.perf_counter() - t0:.1f} s",
                err=True)

@@ -110,16 +110,22 @@ def _deadline(timeout: float) -> ClientError:
                        "may or may not have run")
 
 
-def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:
-    """The results of one answer's replies. An answer that breaks the protocol (replies of
-    a request not announced by its header, rows that are not rows of its columns, a
-    request left without its `done`) raises INTERNAL naming the fault: never wrong
-    records, nor an IndexError from here."""
-    results: list[Result] = []
-    done: list[bool] = []
-    for reply in replies:
+class Answer:
+    """One answer's replies checked as they come (`take`), and its results so far: an
+    answer that breaks the protocol (replies of a request not announced by its header,
+    rows that are not rows of its columns, a request left without its `done`) raises
+    INTERNAL naming the fault — never wrong records, nor an IndexError from here."""
+
+    def __init__(self) -> None:
+        self.results: list[Result] = []
+        self.done: list[bool] = []
+
+    def take(self, reply: pb.ExecuteReply) -> list[list[Any]]:
+        """The rows `reply` carries, checked (none for a header or a done, which are
+        taken into `results`)."""
         kind = reply.WhichOneof("body")
         i = reply.request_index
+        results, done = self.results, self.done
         if kind == "header":
             if i != len(results):
                 raise _malformed(f"a header for request {i} after {_headers(results)}")
@@ -128,22 +134,36 @@ def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:
         elif kind == "rows":
             if i >= len(results) or done[i]:
                 raise _malformed(f"rows for request {i}, {_unopened(i, results)}")
-            r = results[i]
-            # `_rows` checked every row's length, and zip given a keyword (strict=)
-            # goes through its slow path, a third of this line's time.
-            r.records.extend(dict(zip(r.columns, row))  # noqa: B905
-                             for row in _rows(i, r.columns, reply.rows.rows_json))
+            return _rows(i, results[i].columns, reply.rows.rows_json)
         elif kind == "done":    # a write's `done` comes after the commit: its acknowledgement
             if i >= len(results) or done[i]:
                 raise _malformed(f"a done for request {i}, {_unopened(i, results)}")
             done[i] = True
             results[i].stats = stats_dict(reply.done.stats)
             results[i].elapsed_ms = reply.done.elapsed_ms
-    if not all(done):
-        # Without it a write would pass for acknowledged.
-        raise _malformed(f"no done for request {done.index(False)}: the answer ended "
-                         "without it")
-    return results
+        return []
+
+    def finish(self) -> list[Result]:
+        """The results, once the answer has ended: every request has its `done`."""
+        if not all(self.done):
+            # Without it a write would pass for acknowledged, a read for whole.
+            raise _malformed(f"no done for request {self.done.index(False)}: the answer "
+                             "ended without it")
+        return self.results
+
+
+def collect(replies: Iterable[pb.ExecuteReply]) -> list[Result]:
+    """The results of one answer's replies, checked (`Answer`)."""
+    answer = Answer()
+    results = answer.results
+    for reply in replies:
+        rows = answer.take(reply)
+        if rows:
+            r = results[reply.request_index]
+            # `_rows` checked every row's length, and zip given a keyword (strict=)
+            # goes through its slow path, a third of this line's time.
+            r.records.extend(dict(zip(r.columns, row)) for row in rows)  # noqa: B905
+    return answer.finish()
 
 
 def _malformed(fault: str) -> ClientError:

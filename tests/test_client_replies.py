@@ -94,6 +94,10 @@ HUGE = "m" * 10_000_000
 
 
 def answer(text: str) -> list[pb.ExecuteReplies]:
+    if text == "RETRIEVE (FILE = F) (ALL)":        # `mbds dump F`: the case of DUMPING
+        case = DUMPING.get("case")
+        return [pb.ExecuteReplies(end=True, replies=DUMPS[case][0] if case else [
+            header(0, ("FILE", *AB)), rows(0, DUMP_ROWS, 2), done(0, 2)])]
     if text == "a failure of 10 MB":
         return [pb.ExecuteReplies(end=True, failure=pb.Failure(code="X" * 1000, message=HUGE))]
     if text == "good":
@@ -103,6 +107,10 @@ def answer(text: str) -> list[pb.ExecuteReplies]:
 
 
 class Fake(rpc.ControllerServicer):
+    def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusReply:
+        return pb.StatusReply(files=["F"], file_defs=[pb.FileDef(name="F", attributes=[
+            pb.AttributeDef(name=a, type="integer") for a in ("FILE", *AB)])])
+
     def Execute(self, request: pb.ExecuteRequest, context: Any) -> Iterator[pb.ExecuteReplies]:
         yield from answer(request.text)
 
@@ -216,3 +224,50 @@ def test_a_well_formed_answer_comes_back_unchanged(address: str, ask: Any) -> No
 def _shown(results: Any) -> Any:
     assert isinstance(results, list), results
     return [{"op": r.op, "columns": r.columns, "records": r.records} for r in results]
+
+
+# A dump's answer: file F's rows (FILE first, as the controller sends them).
+DUMP_ROWS = '[["F", 1, 2], ["F", 3, null]]'
+DUMPS = {
+    "rows of a short row": ([header(0, ("FILE", *AB)), rows(0, '[["F", 1, 2], ["F", 3]]', 2),
+                             done()], "row 1 has 2 values"),
+    "rows before the header": ([rows(0, DUMP_ROWS, 2), header(0, ("FILE", *AB)), done()],
+                               "rows for request 0, which has no header"),
+    "no done": ([header(0, ("FILE", *AB)), rows(0, DUMP_ROWS, 2)], "no done for request 0"),
+    "NaN": ([header(0, ("FILE", *AB)), rows(0, '[["F", 1, NaN]]'), done()],
+            "NaN is not a JSON value"),
+}
+DUMPING: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("case", list(DUMPS))
+def test_a_dump_of_a_malformed_answer_fails_saying_it_is_incomplete(
+        address: str, case: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mbds dump` reads its answer with the client's checks: a malformed one ends it
+    with an error (exit 1) that says how much of the file was written, never a dump
+    that passes for whole."""
+    from click.testing import CliRunner
+
+    from cli.transfer import dump
+
+    out = tmp_path / "f.jsonl"
+    monkeypatch.setitem(DUMPING, "case", case)
+    got = CliRunner().invoke(dump, ["--controller", address, "F", "--out", str(out),
+                                    "--timeout", "30"], catch_exceptions=False)
+    assert got.exit_code == 1, got.output
+    assert DUMPS[case][1] in got.output
+    assert "the dump is incomplete: " in got.output and f"written to {out}" in got.output
+
+
+def test_a_dump_of_a_well_formed_answer_writes_every_record(address: str,
+                                                           tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from cli.transfer import dump
+
+    out = tmp_path / "f.jsonl"
+    got = CliRunner().invoke(dump, ["--controller", address, "F", "--out", str(out)],
+                             catch_exceptions=False)
+    assert got.exit_code == 0, got.output
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [
+        {"A": 1, "B": 2}, {"A": 3, "B": None}]
