@@ -187,6 +187,33 @@ def test_a_request_whose_string_is_not_utf8_on_the_wire_is_invalid_argument(
         {"CITY": "Monterey"}]
 
 
+def test_a_session_ends_at_a_malformed_message_and_what_it_answered_before_stands(
+        cluster_factory) -> None:
+    """A Session stream's message that does not parse ends the stream (INVALID_ARGUMENT,
+    naming the field), as a server closes a connection that breaks its protocol; the
+    request answered before it on the same stream is kept, and nothing after it runs."""
+    r = cluster_factory(1)
+    r.client.define(CENSUS_YAML)
+    insert = pb.ExecuteRequest(text="INSERT (<FILE, Census>, <CITY, Carmel>, <POP, 4000>)",
+                               timeout_s=30).SerializeToString()
+    after = pb.ExecuteRequest(text="INSERT (<FILE, Census>, <CITY, Salinas>, <POP, 9>)",
+                              timeout_s=30).SerializeToString()
+    got: list[pb.ExecuteReplies] = []
+    with grpc.insecure_channel(r.cluster.address) as ch:
+        session = ch.stream_stream("/mbds.Controller/Session", request_serializer=None,
+                                   response_deserializer=pb.ExecuteReplies.FromString)
+        with pytest.raises(grpc.RpcError) as e:
+            for batch in session(iter([insert, SURROGATE, after]), timeout=30):
+                got.append(batch)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value
+    assert "mbds.ExecuteRequest.text is not valid UTF-8" in (e.value.details() or "")
+    assert got and got[-1].end and not got[-1].HasField("failure")
+    assert [x.done.stats.records_retrieved for b in got for x in b.replies
+            if x.HasField("done")] == [1]
+    assert r.client.execute("RETRIEVE (FILE = Census) (CITY)")[0].records == [
+        {"CITY": "Carmel"}]
+
+
 def test_the_string_not_utf8_is_found_in_a_nested_message_within_a_bound() -> None:
     """Load's records nest their values two messages deep; past MAX_FIELDS_SEARCHED fields
     the search gives up, and protobuf's own words are the message."""
