@@ -33,6 +33,10 @@ class Sent:
         at = self.at
         if kind == "rows" or kind == "groups" or kind == "done":
             i = msg.request_index
+            if i >= end:
+                return f"{kind} for request {i}, " + (
+                    f"beyond the unit's last ({end - 1})" if end
+                    else "but the unit has no requests")
             if i == at:
                 if kind == "done":
                     self.at = at + 1
@@ -42,10 +46,6 @@ class Sent:
                     return (f"{self.batches} row batches or groups with credit for "
                             f"{WINDOW + self.granted}")
                 return ""
-            if i >= end:
-                return f"{kind} for request {i}, " + (
-                    f"beyond the unit's last ({end - 1})" if end
-                    else "but the unit has no requests")
             if i < at:
                 return f"a second done for request {i}" if kind == "done" else \
                     f"{kind} for request {i} after its done"

@@ -65,6 +65,18 @@ tests/test_plan_cache.py tests/test_mutants_exchange.py tests/test_stale_peer_id
 tests/test_bulk_load.py::test_the_backend_checks_a_batch_per_column \
 tests/test_bulk_load.py::test_the_backend_names_a_bad_record_of_a_split_batch_by_its_share \
 tests/test_bulk_load.py::test_the_backend_stores_every_column_kind_as_sent"
+  "reply_order|controller/reply_order.py|controller.reply_order.*|\
+tests/test_controller_checks.py::test_replies_ahead_of_the_others_are_kept_for_their_turn \
+tests/test_controller_checks.py::test_a_definition_votes_then_commits_and_a_vote_may_be_rolled_back \
+tests/test_controller_checks.py::test_credit_returned_lets_a_backend_send_on \
+tests/test_controller_checks.py::test_a_reply_out_of_its_backends_order_fails_the_unit_at_once \
+tests/test_controller_checks.py::test_replies_of_a_unit_with_no_requests_are_named_so \
+tests/test_controller_checks.py::test_a_backends_error_fails_the_unit_in_its_own_words_at_any_point \
+tests/test_controller_checks.py::test_the_credit_returned_is_named_when_a_backend_sends_past_it \
+tests/test_controller_checks.py::test_a_refused_backend_is_heard_no_more_but_for_its_rollback \
+tests/test_controller_checks.py::test_an_abort_too_late_for_a_one_phase_writer_is_told \
+tests/test_controller_checks.py::test_a_bus_breaking_after_its_last_reply_fails_a_unit_others_have_not_begun \
+tests/test_controller_checks.py::test_a_bus_closing_after_its_last_reply_fails_nothing_it_cannot_hold_up"
   "metrics|mbds/metrics.py|mbds.metrics.*|\
 tests/test_fixed_cost.py::test_light_metrics_expose_what_prometheus_clients_own_would \
 tests/test_fixed_cost.py::test_a_metric_child_is_made_once_and_counts_where_labels_would \

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from controller.coordinator import Coordinator
-from controller.inbox import BackendFailure, Inbox
+from controller.inbox import GRANT, BackendFailure, Inbox
 from controller.reply_order import WINDOW
 from mbds.client import ClientError, collect
 from mbds.cluster import Proc
@@ -64,6 +64,11 @@ def rows(i: int) -> pb.BackendReply:
 
 def done(i: int) -> pb.BackendReply:
     return pb.BackendReply(request_index=i, done=pb.RequestDone())
+
+
+def groups(i: int) -> pb.BackendReply:
+    return pb.BackendReply(request_index=i, groups=pb.PartialGroups(
+        groups=[pb.PartialGroup(records=1)]))
 
 
 COMMITTED = pb.BackendReply(committed=True)
@@ -162,7 +167,16 @@ STRAYS = {
     "a second prepared": [done(0), done(1), PREPARED, PREPARED],
     "done after its committed": [done(0), done(1), COMMITTED, done(1)],
     "a reply with no body": [pb.BackendReply()],
+    "a reply with no body after its committed": [done(0), done(1), COMMITTED,
+                                                 pb.BackendReply()],
+    "a reply of unknown kind forgotten": [pb.BackendReply(forgotten=True)],
     f"{WINDOW + 1} row batches or groups with credit for {WINDOW}": [rows(0)] * (WINDOW + 1),
+    f"{WINDOW + 1} row batches or groups with credit for {WINDOW} (groups)":
+        [groups(0)] * (WINDOW + 1),
+    "groups for request 1 before the done of request 0": [groups(1)],
+    "groups for request 0 after its done": [groups(0), done(0), groups(0)],
+    "rows for request 2, beyond the unit's last (1)": [rows(2)],
+    "done for request 2, beyond the unit's last (1)": [done(0), done(1), done(2)],
 }
 
 
@@ -180,7 +194,60 @@ def test_a_reply_out_of_its_backends_order_fails_the_unit_at_once(fault: str) ->
                 await gather(inbox)
         assert err.value.link is b1
         assert str(err.value) == (f"traffic unit aborted: refused a reply from backend "
-                                  f"b1 (10.0.0.1:50051): {fault}")
+                                  f"b1 (10.0.0.1:50051): {fault.removesuffix(' (groups)')}")
+
+    asyncio.run(run())
+
+
+def test_replies_of_a_unit_with_no_requests_are_named_so() -> None:
+    """A definition's unit has no requests: a backend's rows for one are refused."""
+    async def run() -> None:
+        b0 = FakeLink("b0", 0)
+        inbox = inbox_of([b0], 0)
+        inbox.deliver(b0, rows(0))
+        async with asyncio.timeout(5):
+            with pytest.raises(BackendFailure) as err:
+                await inbox.expect_all("prepared")
+        assert str(err.value).endswith("rows for request 0, but the unit has no requests")
+
+    asyncio.run(run())
+
+
+def test_a_backends_error_fails_the_unit_in_its_own_words_at_any_point() -> None:
+    """An error may come at any point of a backend's replies: it is the unit's failure
+    as the backend words it, not a reply refused; nothing it sends after is taken."""
+    async def run() -> None:
+        b0, b1 = FakeLink("b0", 0), FakeLink("b1", 1)
+        inbox = inbox_of([b0, b1], 2)
+        for msg in (rows(0), done(0), rows(1), pb.BackendReply(error="backend b1: full"),
+                    done(1)):
+            inbox.deliver(b1, msg)
+        async with asyncio.timeout(5):
+            with pytest.raises(BackendFailure) as err:
+                await gather(inbox)
+        assert err.value.link is b1 and str(err.value) == "backend b1: full"
+
+    asyncio.run(run())
+
+
+def test_the_credit_returned_is_named_when_a_backend_sends_past_it() -> None:
+    """Past the credit PP returned, the refusal names the credit: WINDOW plus it."""
+    async def run() -> None:
+        b0 = FakeLink("b0", 0)
+        inbox = inbox_of([b0], 1)
+        for _ in range(WINDOW):
+            inbox.deliver(b0, rows(0))
+        async with asyncio.timeout(5):
+            for _ in range(GRANT):
+                await inbox.take({b0}, 0)
+                inbox.consumed_batch(b0)
+            for _ in range(GRANT + 1):
+                inbox.deliver(b0, rows(0))
+            with pytest.raises(BackendFailure) as err:
+                while True:
+                    await inbox.take({b0}, 0)
+        assert str(err.value).endswith(f"{WINDOW + GRANT + 1} row batches or groups with "
+                                       f"credit for {WINDOW + GRANT}")
 
     asyncio.run(run())
 
