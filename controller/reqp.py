@@ -303,15 +303,19 @@ class Reqp:
         aggs = [(t.agg, t.attr) for t in items if t.agg]
         by = ""
         if r.by:
-            by = self._attr_in(files, r.by, r.pos).name
+            by_pos = r.by_pos or r.pos
+            by = self._attr_in(files, r.by, by_pos).name
             if not aggs:
-                raise SemanticError(f"{_where(r.pos)}BY {by} needs at least one aggregate "
+                raise SemanticError(f"{_where(by_pos)}BY {by} needs at least one aggregate "
                                     "in the target list")
         if aggs:
             for t in items:
                 if not t.agg and t.attr != by:
+                    # Named where it is written, or where ALL brought it in.
+                    at = next((w.pos for w in r.targets if not w.agg and (
+                        w.all or (w.attr or "").upper() == t.attr)), r.pos)
                     raise SemanticError(
-                        f"{_where(r.pos)}{t.attr} must be the BY attribute or inside an "
+                        f"{_where(at)}{t.attr} must be the BY attribute or inside an "
                         "aggregate when the target list has aggregates")
             if by and by not in names:
                 names.insert(0, by)
@@ -324,10 +328,11 @@ class Reqp:
         rq, rfiles = self._query(r.right.query)
         litems, lnames = self._targets(r.left.targets, lfiles, allow_aggregates=False)
         ritems, rnames = self._targets(r.right.targets, rfiles, allow_aggregates=False)
-        la = self._attr_in(lfiles, r.common[0], r.pos)
-        ra = self._attr_in(rfiles, r.common[1], r.pos)
+        lpos, rpos = r.common_pos or (r.pos, r.pos)
+        la = self._attr_in(lfiles, r.common[0], lpos)
+        ra = self._attr_in(rfiles, r.common[1], rpos)
         if (la.type == "string") != (ra.type == "string"):
-            raise SemanticError(f"{_where(r.pos)}COMMON ({la.name}, {ra.name}) compares "
+            raise SemanticError(f"{_where(lpos)}COMMON ({la.name}, {ra.name}) compares "
                                 f"{la.type} with {ra.type}")
         # The join attributes travel as one extra, hidden column on each side.
         litems.append(pb.TargetItem(attr=la.name))

@@ -131,3 +131,32 @@ def test_an_insert_of_the_papers_width_keeps_every_pair_in_order() -> None:
     [ins] = parse(text).requests
     assert [(k.attr, k.value) for k in ins.keywords] == [(f"STR{i:02d}", f"X{i}")
                                                        for i in range(33)]
+
+
+SEMANTIC = [
+    ("RETRIEVE (FILE = Census) (COUNT(CITY)) BY NOPE", 1, 43, "unknown attribute NOPE"),
+    ("RETRIEVE (FILE = Census)\n  (COUNT(CITY))\n  BY NOPE", 3, 6, "unknown attribute NOPE"),
+    ("RETRIEVE (FILE = Census) (CITY) BY POP", 1, 36, "BY POP needs at least one aggregate"),
+    ("RETRIEVE (FILE = Census) (CITY) COMMON (NOPE, CODE) RETRIEVE (FILE = States) (NAME)",
+     1, 41, "unknown attribute NOPE in CENSUS"),
+    ("RETRIEVE (FILE = Census) (CITY) COMMON (CITY, NOPE) RETRIEVE (FILE = States) (NAME)",
+     1, 47, "unknown attribute NOPE in STATES"),
+    ("RETRIEVE (FILE = Census) (CITY) COMMON (POP, CODE) RETRIEVE (FILE = States) (NAME)",
+     1, 41, "COMMON (POP, CODE) compares integer with string"),
+    ("RETRIEVE (FILE = Census) (COUNT(CITY), POP)", 1, 40, "POP must be the BY attribute"),
+    ("RETRIEVE (FILE = Census) (COUNT(CITY), ALL)", 1, 40, "FILE must be the BY attribute"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "column", "message"), SEMANTIC)
+def test_semantic_errors_point_at_the_item_they_name(text: str, line: int, column: int,
+                                                     message: str) -> None:
+    """REQP's errors about a BY or COMMON attribute, or a target beside aggregates, give
+    that item's line and column, not the request's start."""
+    from controller.reqp import Reqp
+    from mbds.errors import SemanticError
+    from tests.inproc import census_iig
+
+    with pytest.raises(SemanticError) as e:
+        Reqp(census_iig().directory).prepare(text)
+    assert str(e.value).startswith(f"line {line}, column {column}: {message}"), str(e.value)

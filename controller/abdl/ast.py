@@ -11,7 +11,7 @@ between threads (and cached) without defensive copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from mbds.traffic import RELOPS as RELOPS  # re-exported for the parser
@@ -139,6 +139,8 @@ class Retrieve:
     targets: tuple[TargetItem, ...]
     by: str | None
     pos: Pos
+    # Where the BY attribute is written, for the semantic stage's errors about it.
+    by_pos: Pos | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,8 @@ class RetrieveCommon:
     common: tuple[str, str]
     right: Retrieve
     pos: Pos
+    # Where each of the two COMMON attributes is written.
+    common_pos: tuple[Pos, Pos] | None = field(default=None, compare=False)
 
 
 Request = Insert | Delete | Update | Retrieve | RetrieveCommon

@@ -208,21 +208,25 @@ class _Parser(QueryParser):
         tok = lx.peek()
         if tok.kind == "BY":
             lx.take()
+            by_pos = lx.position(lx.peek().offset)
             by = self._attr()
             self._trail = ()
-            return ast.Retrieve(left.query, left.targets, by, left.pos)
+            return ast.Retrieve(left.query, left.targets, by, left.pos, by_pos)
         if tok.kind != "COMMON":
             self._trail = ("BY", "COMMON")
             return left
         lx.take()
         self._expect("(")
+        first_pos = lx.position(lx.peek().offset)
         first = self._attr()
         self._expect(",")
+        second_pos = lx.position(lx.peek().offset)
         second = self._attr()
         self._expect(")")
         right = self._retrieve_body(self._expect("RETRIEVE"))
         self._trail = ()
-        return ast.RetrieveCommon(left, (first, second), right, left.pos)
+        return ast.RetrieveCommon(left, (first, second), right, left.pos,
+                                  (first_pos, second_pos))
 
     def _retrieve_body(self, retrieve_tok: Token) -> ast.Retrieve:
         """`RETRIEVE query target` (the RETRIEVE token already taken)."""
