@@ -1,4 +1,4 @@
-"""CC — concurrency control (SPEC §4): shared/exclusive locks in FIFO queues.
+"""CC — concurrency control (docs/spec.md §4): shared/exclusive locks in FIFO queues.
 
 Resources are the paper's three kinds plus one of ours:
   ("attr", file, attr)     a type-C attribute (a new sub-descriptor may be created);

@@ -1,4 +1,4 @@
-"""Directory updates on one backend (SPEC §4): applied at once, stored later.
+"""Directory updates on one backend (docs/spec.md §4): applied at once, stored later.
 
 An update comes from IIG, with its traffic unit on the bus (stage 1, in bus order) or
 out of band (`Backend.ApplyDirectory`). DM's searches must see it at once, but stage 1
@@ -87,7 +87,7 @@ class DirectoryUpdates:
 
     async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> Future[None] | None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
-        # descriptor-id groups (SPEC §4). Stage 1 runs in bus order, so this never waits.
+        # descriptor-id groups (docs/spec.md §4). Stage 1 runs in bus order, so this never waits.
         wants: dict[Hashable, str] = {("attr", d.file, d.attr): X
                                    for d in update.descriptors if d.kind == "C"}
         for c in update.clusters:

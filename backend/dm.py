@@ -1,4 +1,4 @@
-"""DM — directory management (SPEC §4 steps 2–5): descriptor search, cluster search,
+"""DM — directory management (docs/spec.md §4 steps 2–5): descriptor search, cluster search,
 address generation. Pure functions over the in-memory directory; they write the
 request plans (`backend/plan.py`) that RECP runs. The message flow around them
 (locks, the peer broadcast) lives in `backend/node.py`.
@@ -24,7 +24,7 @@ from mbds.values import from_pb
 
 
 def predicates(tu: pb.TrafficUnit) -> Iterator[tuple[int, pb.Conjunction, pb.Predicate]]:
-    """Every predicate of the traffic unit with its global index (the m of SPEC §4)."""
+    """Every predicate of the traffic unit with its global index (the m of docs/spec.md §4)."""
     return traffic.predicates(tu.requests)
 
 

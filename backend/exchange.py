@@ -1,4 +1,4 @@
-"""The descriptor-id exchange (SPEC §4 step 3): each backend searches its share of a
+"""The descriptor-id exchange (docs/spec.md §4 step 3): each backend searches its share of a
 traffic unit's predicates (those whose index i has i mod n = its own index), broadcasts
 the descriptor ids it found to the other backends, and before cluster search waits for
 theirs, so that every backend plans from the ids of all m predicates. A peer's ids

@@ -1,4 +1,4 @@
-"""A backend's outbound links: the descriptor-id streams to its peers (SPEC §4 step 3)
+"""A backend's outbound links: the descriptor-id streams to its peers (docs/spec.md §4 step 3)
 and the IIG placement client, both configured from the bus hello.
 
 One long-lived client stream per peer: a broadcast is a queue put, not an RPC,

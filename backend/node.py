@@ -1,4 +1,4 @@
-"""One backend's message flow (SPEC §4): the bus, DM's two stages, CC, and execution.
+"""One backend's message flow (docs/spec.md §4): the bus, DM's two stages, CC, and execution.
 
 Stage 1 (in bus order, never waits): apply the traffic unit's directory update
 (`directory_updates.py`), lock the type-C attributes it reads, search this backend's share of

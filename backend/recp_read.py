@@ -1,4 +1,4 @@
-"""RECP — record processing (SPEC §4 step 6): reading this backend's SQLite records.
+"""RECP — record processing (docs/spec.md §4 step 6): reading this backend's SQLite records.
 
 Runs a read request's plans (`backend/plan.py`: the clusters to visit and the record
 condition, `recp_sql.py`) on a connection it is given, one row batch per `next`: on

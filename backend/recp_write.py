@@ -1,4 +1,4 @@
-"""RECP — record processing (SPEC §4 step 6): writing this backend's SQLite records.
+"""RECP — record processing (docs/spec.md §4 step 6): writing this backend's SQLite records.
 
 INSERT, DELETE and UPDATE (also of a directory attribute, which moves records to
 other clusters) in the writer thread's transaction, each with the rows that undo it

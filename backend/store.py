@@ -3,7 +3,7 @@
 Tables: `meta` (identity), `files`, `descriptors` (DDIT, with AT derivable
 from it), `clusters` (CDT), and one STRICT table `r_<FILE>` per file whose
 `cluster_id` index is the CDT's address list: a cluster's records on this
-backend are found through it (address generation, SPEC §4 step 5).
+backend are found through it (address generation, docs/spec.md §4 step 5).
 
 Connections: one writer connection, used only from the single writer thread
 (datasette's pattern: one writer, many readers); read-only connections for the

@@ -1,4 +1,4 @@
-"""PP — post processing (SPEC §4 step 7): merge every backend's partial results.
+"""PP — post processing (docs/spec.md §4 step 7): merge every backend's partial results.
 
 Plain retrieves stream straight through: each backend's JSON row batch is
 forwarded untouched (never decoded here), and PP returns a batch's credit

@@ -1,4 +1,4 @@
-"""REQP — request preparation (SPEC §4 step 1): parse, check, form the traffic unit.
+"""REQP — request preparation (docs/spec.md §4 step 1): parse, check, form the traffic unit.
 
 Everything that can be wrong with what a client sends — an ABDL request or a
 bulk load — is found here, before anything is broadcast, so a rejected

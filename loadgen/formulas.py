@@ -1,8 +1,8 @@
-"""The paper's two claims as formulas (SPEC §1), and the paper's own figures.
+"""The paper's two claims as formulas (docs/spec.md §1), and the paper's own figures.
 
 The scan of Tables 3–7 is badly garbled; only cells that read unambiguously
 are kept here (None marks an illegible cell). Table 4 and 5 percentages are
-also quoted in the paper's text and in SPEC §1.
+also quoted in the paper's text and in docs/spec.md §1.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`mbds bench kv` — the Berkeley DB 11gR2 key/value tests (seeds/002, SPEC §6).
+"""`mbds bench kv` — the Berkeley DB 11gR2 key/value tests (docs/spec.md §6).
 
 64-byte keys and values; insert, fetch, update and delete in batches of ten
 sequential keys; several runs with mean and standard deviation of ops/s;

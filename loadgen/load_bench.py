@@ -1,7 +1,7 @@
 """`mbds bench load`: bulk-load records/s through MBDS beside `executemany` into a bare
 SQLite file, with the same records, measured one after the other in one run.
 
-The records are the paper's (SPEC §5: 33 attributes, about 200 bytes), built before
+The records are the paper's (docs/spec.md §5: 33 attributes, about 200 bytes), built before
 any clock starts. The floor is what the storage itself takes: one `executemany` of
 them into a WAL SQLite file with the records' columns and nothing else (no cluster
 index, no undo, no network), in one transaction. MBDS loads them through the client

@@ -1,4 +1,4 @@
-"""`mbds bench paper`: the paper's experiments (SPEC §5) for any list of backend counts.
+"""`mbds bench paper`: the paper's experiments (docs/spec.md §5) for any list of backend counts.
 
 Configurations: A (1 backend, the database), B_n (n backends, the same
 database), C_n (n backends, n times the database: MULTI = One, Two, …), each

@@ -1,4 +1,4 @@
-"""The paper's test database and request set (SPEC §5), at any scale.
+"""The paper's test database and request set (docs/spec.md §5), at any scale.
 
 Scale k multiplies every value and range bound by k (records i = 1 … 1000k),
 so the cluster structure — 24 clusters, 23 of 40k records and one of 80k —

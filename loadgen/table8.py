@@ -25,7 +25,7 @@ from mbds.proto import mbds_pb2 as pb
 
 HANDLER = "mbds_handler_seconds"
 REQUEST = "mbds_request_seconds"
-# Processes and handlers in the order of a retrieve's path (SPEC §4); others sort after.
+# Processes and handlers in the order of a retrieve's path (docs/spec.md §4); others sort after.
 PROCESS_ORDER = ["REQP", "IIG", "DM", "CC", "RECP", "PP"]
 HANDLER_ORDER = [
     "request", "load", "place", "traffic_unit", "attribute_lock", "attribute_locked",

@@ -1,4 +1,4 @@
-"""`mbds bench tp` — the disk and transaction random-access test (seeds/001, SPEC §6).
+"""`mbds bench tp` — the disk and transaction random-access test (docs/spec.md §6).
 
 The seed's `Read DataFile UN NT LogFile IO TT`: user UN runs NT transactions
 of IO random record reads with a randomised think time TT between them.

@@ -1,4 +1,4 @@
-"""`mbds bench users` — the Britton Lee IDM 500 tests (seeds/000, SPEC §6).
+"""`mbds bench users` — the Britton Lee IDM 500 tests (docs/spec.md §6).
 
 Test 1: throughput as concurrent users grow. Each user is a coroutine with its
 own gRPC channel (users_run.py) running scripts of ten single-record retrieves, two thirds on an

@@ -1,4 +1,4 @@
-"""The directory: AT, DDIT and CDT (SPEC §2), identical on the controller and every backend.
+"""The directory: AT, DDIT and CDT (docs/spec.md §2), identical on the controller and every backend.
 
 - AT   (attribute table): `(file, attribute) -> AttrIndex`, the attribute's descriptors;
 - DDIT (descriptor-to-descriptor-id table): `descriptors`, id -> Descriptor;

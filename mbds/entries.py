@@ -1,4 +1,4 @@
-"""What a directory update may hold (AT, DDIT and CDT entries, SPEC §2), checked before
+"""What a directory update may hold (AT, DDIT and CDT entries, docs/spec.md §2), checked before
 `Directory.apply`, which trusts what it is given. Only IIG makes entries; a backend checks
 those the controller sends it, and the controller those it reads from the backends.
 

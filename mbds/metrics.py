@@ -1,4 +1,4 @@
-"""Internal performance measurement (SPEC §5): a timer around every message handler.
+"""Internal performance measurement (docs/spec.md §5): a timer around every message handler.
 
 Like the paper's two builds (with and without internal timing), the handler
 timers can be switched off; then `handler()` returns one shared no-op context

@@ -1,4 +1,4 @@
-"""Database definitions: files, their templates and directory attributes (SPEC §2).
+"""Database definitions: files, their templates and directory attributes (docs/spec.md §2).
 
 A definition arrives as YAML (`mbds define FILE.yaml`) and travels to the
 backends as `FileDef` plus the descriptors IIG allocates for it.

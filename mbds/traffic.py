@@ -1,5 +1,5 @@
 """What the controller and the backends both read off a traffic unit: the comparison
-operators, and its predicates in the one order both ends number them (SPEC §4's m)."""
+operators, and its predicates in the one order both ends number them (docs/spec.md §4's m)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for the ABDL parser (controller.abdl): SPEC.md section 3."""
+"""Tests for the ABDL parser (controller.abdl): docs/spec.md §3."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def q(*conjunctions: tuple[Predicate, ...]) -> Query:
     return Query(tuple(Conjunction(c) for c in conjunctions))
 
 
-# -- SPEC.md section 3 examples ------------------------------------------------
+# -- docs/spec.md §3 examples ------------------------------------------------
 
 
 def test_spec_insert() -> None:
@@ -130,7 +130,7 @@ def test_spec_transaction() -> None:
     assert ret.targets == (TargetItem("CITY", "COUNT", False, P(1, 90)),)
 
 
-# -- the paper's nine benchmark requests (SPEC.md section 5) -------------------
+# -- the paper's nine benchmark requests (docs/spec.md §5) -------------------
 
 PAPER_QUERIES = [
     ("(INTE2 = 10)", "(INTE2 = 130)"),

@@ -1,7 +1,7 @@
-"""Internal timing (SPEC §5), read the way Prometheus reads it: /metrics over HTTP.
+"""Internal timing (docs/spec.md §5), read the way Prometheus reads it: /metrics over HTTP.
 
 A known request must move each of its message handlers' `mbds_handler_seconds`
-count by exactly the number of times that handler runs (SPEC §4's retrieve
+count by exactly the number of times that handler runs (docs/spec.md §4's retrieve
 path), on the controller and on every backend; with internal timing off no
 handler series moves while the request-level metrics still do. Also
 `mbds report handlers`, which computes the paper's Table 8 from the same data.
@@ -114,7 +114,7 @@ def wait_for(urls: list[str], before: Samples, expected: dict[Key, float],
 
 def expected_counts(backends: list[str], *, requests: int, rows_messages: int,
                     inserted: int, predicates: int = 4) -> dict[Key, float]:
-    """SPEC §4: how often each handler runs for one traffic unit of `requests` requests
+    """docs/spec.md §4: how often each handler runs for one traffic unit of `requests` requests
     with `predicates` predicates in all (the paper's request 1 has four), on backends
     listed in index order."""
     n = len(backends)

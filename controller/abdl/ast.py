@@ -1,4 +1,4 @@
-"""Syntax tree for ABDL traffic units (SPEC.md section 3).
+"""Syntax tree for ABDL traffic units (docs/spec.md §3).
 
 The tree is purely syntactic: attribute names are upper-cased, values are
 converted to int/float/str, and nothing is checked against a schema. That is

@@ -1,4 +1,4 @@
-"""Recursive-descent parser for ABDL traffic units (grammar in SPEC.md section 3).
+"""Recursive-descent parser for ABDL traffic units (grammar in docs/spec.md §3).
 
 Traffic units and the four requests; the query three of them share, and the token
 helpers, are in query_parser.py. Keywords, predicates and plain target items are first

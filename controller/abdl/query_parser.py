@@ -1,4 +1,4 @@
-"""The ABDL query grammar (SPEC.md section 3), and the token helpers every rule uses.
+"""The ABDL query grammar (docs/spec.md §3), and the token helpers every rule uses.
 
 A query -- a disjunction of conjunctions of predicates -- is the part of the grammar
 that DELETE, UPDATE and RETRIEVE share; the requests and traffic units built around it

@@ -23,7 +23,7 @@ CONTROLLER = "localhost:50051"       # the controller, seen from inside its own 
 STARTUP_S = 180                      # images exist: a stack is healthy well within this
 CONTROLLER_DEADLINE_S = 60           # `mbds controller --timeout` default
 CPU_LIMIT_NANO = 500_000_000         # BACKEND_CPUS default 0.5
-# The paper's Table 2 (SPEC §5): clusters examined and records retrieved, requests 1-9.
+# The paper's Table 2 (docs/spec.md §5): clusters examined and records retrieved, requests 1-9.
 PAPER_TABLE2 = {1: (2, 2), 2: (7, 250), 3: (13, 500), 4: (24, 1000), 5: (9, 400),
                 6: (19, 800), 7: (10, 201), 8: (15, 401), 9: (19, 402)}
 
