@@ -39,6 +39,13 @@ class Model:
     def select(self, q: ast.Query) -> list[dict[str, Any]]:
         return [r for r in self.records if self._match(r, q)]
 
+    def reached(self, q: ast.Query) -> set[str]:
+        """The files a query reaches, whatever records they hold: those its FILE
+        predicates select that have every other attribute a conjunction names."""
+        return {f for conj in q.conjunctions for f, attrs in self.schemas.items()
+                if all(OPS[p.op](f, p.value.upper()) if p.attr == "FILE"
+                       else p.attr in attrs for p in conj.predicates)}
+
     def run(self, text: str) -> list[dict[str, Any]]:
         """Apply a traffic unit; one {"op", "records", "count"} per request."""
         out = []
@@ -69,13 +76,17 @@ class Model:
             right = self.select(r.right.query)
             la, ra = r.common
             lnames = [t.name for t in r.left.targets]
+            # A clashing right-side name takes its file's, or RIGHT's when the right
+            # side reaches several files: one name for the column, not one per row.
+            rfiles = self.reached(r.right.query)
+            prefix = next(iter(rfiles)) if len(rfiles) == 1 else "RIGHT"
             rows = []
             for rr in right:
                 for lr in left:
                     if lr.get(la) is not None and lr.get(la) == rr.get(ra):
                         row = {n: lr.get(n) for n in lnames}
                         for t in r.right.targets:
-                            key = t.name if t.name not in lnames else f"{rr['FILE']}.{t.name}"
+                            key = t.name if t.name not in lnames else f"{prefix}.{t.name}"
                             row[key] = rr.get(t.name)
                         rows.append(row)
             return {"op": "RETRIEVE_COMMON", "records": rows, "count": len(left) + len(right)}

@@ -45,6 +45,9 @@ WORKLOAD = [
     "RETRIEVE (FILE = Census) (STATE, MAX(POP), MIN(CITY)) BY STATE",
     "RETRIEVE ((FILE = Census) and (POP < 2000)) (CITY, STATE) COMMON (STATE, CODE) "
     "RETRIEVE (FILE = States) (NAME, REGION)",
+    # A right side that reaches both files: its clashing column is RIGHT.CITY.
+    "RETRIEVE ((FILE = Census) and (POP < 2000)) (CITY, STATE) COMMON (STATE, STATE) "
+    "RETRIEVE (FILE != Nowhere) (CITY, POP)",
     "UPDATE ((FILE = Census) and (CITY = Monterey)) <POP = POP + 5000>",
     "UPDATE ((FILE = Census) and (STATE = TX)) <STATE = NY>",
     "UPDATE ((FILE = Census) and (POP < 500)) <CITY = 'Smallville'>",
