@@ -30,4 +30,4 @@ BENCHMARKS = {
 
 @click.group(cls=SupervisedGroup, lazy=BENCHMARKS)
 def bench() -> None:
-    """Benchmarks: the paper's Tables 3–8 and the seed documents' tests."""
+    """Benchmarks: the paper's Tables 3–8, the seed documents' tests."""

@@ -48,11 +48,12 @@ def write_tokens(path: Path) -> dict[str, str]:
                    "and that role's key pair, without the CA's key (repeatable).")
 def certs(directory: Path, hosts: tuple[str, ...], tokens: Path | None,
           role_dirs: tuple[str, ...]) -> None:
-    """Create a cluster's CA and the controller's and backends' certificates.
+    """Create a cluster's CA and its processes' certificates.
 
-    Existing certificates are kept (a cluster keeps its CA); give each process its
-    role's directory (--role-dir) or this one with --tls-dir, and ca.pem to clients
-    (env MBDS_CA)."""
+    The controller's and the backends', for the internal links' mutual TLS. Existing
+    certificates are kept (a cluster keeps its CA); give each process its role's
+    directory (--role-dir) or this one with --tls-dir, and ca.pem to clients (env
+    MBDS_CA)."""
     from mbds.tls import TlsError, make, share
     try:
         made = make(directory, hosts)

@@ -39,8 +39,9 @@ def print_results(results: list[Result], as_json: bool) -> None:
               help="Seconds the request may take before it fails.")
 @click.argument("abdl")
 def exec_(controller: str, as_json: bool, timeout: float, abdl: str) -> None:
-    """Run one ABDL request or transaction (ABDL: the text, or - to read it from
-    standard input)."""
+    """Run one ABDL request or transaction.
+
+    ABDL is the text, or - to read it from standard input."""
     try:
         text = (utf8(sys.stdin.buffer.read(), "standard input") if abdl == "-"
                 else utf8(abdl, "the request"))
@@ -73,7 +74,7 @@ def define(controller: str, path: BinaryIO) -> None:
 @click.command()
 @controller_option
 def status(controller: str) -> None:
-    """Show the backends the controller uses and whether each is reachable.
+    """Show the controller's backends and whether each is up.
 
     Exit code 0 when every backend is up; 2 when one is not (each backend holds part of
     every cluster, so every request fails until it is back); 1 when the controller

@@ -22,7 +22,8 @@ def port_in_range(ctx: click.Context | None, param: click.Parameter | None,
 
 controller_option = click.option(
     "--controller", default=DEFAULT_CONTROLLER, show_default=True, callback=port_in_range,
-    help="Controller address HOST:PORT (env MBDS_CONTROLLER).")
+    help="Controller address HOST:PORT (env MBDS_CONTROLLER). A TLS client port takes "
+         "the cluster's CA from env MBDS_CA, and a token from env MBDS_TOKEN.")
 
 split_search_option = click.option(
     "--split-search-from", type=click.IntRange(min=1), default=1,

@@ -21,7 +21,7 @@ from mbds.service import MAX_LOAD_RECORDS
 
 @click.group()
 def load() -> None:
-    """Load a test database, or a file's records, through the controller."""
+    """Load the paper's test database, or a file's records."""
 
 
 load.add_command(load_file)
@@ -32,7 +32,9 @@ load.add_command(load_file)
 @click.option("--scale", type=int, default=1, show_default=True, help="k: 1000k records.")
 @click.option("--multi", type=int, default=1, show_default=True,
               help="M copies of every record (MULTI = One, Two, ...).")
-@click.option("--record-bytes", type=int, default=200, show_default=True)
+@click.option("--record-bytes", type=int, default=200, show_default=True,
+              help="Each record's size in bytes, as the paper counts it: its 30 string "
+                   "fields are sized to fill it (the paper's 200).")
 @click.option("--chunk", type=click.IntRange(1, MAX_LOAD_RECORDS), default=LOAD_CHUNK,
               show_default=True,
               help="Records per batch (one traffic unit each).")
@@ -43,8 +45,10 @@ load.add_command(load_file)
               help="Load even if the file already holds records (each is then there twice).")
 def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk: int,
                progress: bool | None, append: bool) -> None:
-    """Define and load the paper's test database: file PAPER, 1000 x SCALE records of
-    RECORD_BYTES bytes, MULTI copies of each (docs/benchmarks.md)."""
+    """Define and load the paper's test database (file PAPER).
+
+    1000 x SCALE records of RECORD_BYTES bytes, MULTI copies of each
+    (docs/benchmarks.md)."""
     total = 1000 * scale * multi
     t0 = time.perf_counter()
     try:
@@ -72,18 +76,23 @@ def paper() -> None:
 
 @paper.command("table2")
 @controller_option
-@click.option("--scale", type=int, default=1, show_default=True)
-@click.option("--multi", type=int, default=1, show_default=True)
+@click.option("--scale", type=int, default=1, show_default=True,
+              help="The --scale the database was loaded with (`mbds load paper`).")
+@click.option("--multi", type=int, default=1, show_default=True,
+              help="The --multi the database was loaded with (`mbds load paper`).")
 @click.option("--runs", type=int, default=1, show_default=True,
               help="Run each request this many times and report the median response time.")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True,
               help="Run each request this many times untimed first (steady-state times).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per request per line.")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the table as JSON (for `mbds bench paper --table2`).")
 def table2(controller: str, scale: int, multi: int, runs: int, warmup: int, as_json: bool,
            save: Path | None) -> None:
-    """Run the nine requests; clusters examined and records retrieved beside the paper's."""
+    """Run the paper's nine requests beside its Table 2.
+
+    Each request's clusters examined and records retrieved beside the paper's, and its
+    median response time."""
     try:
         with Client(controller) as c:
             rows = run_table2(c, scale, multi, runs, warmup)

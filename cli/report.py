@@ -24,12 +24,15 @@ def report() -> None:
 @controller_option
 @click.option("--request", "request", type=click.IntRange(1, len(P.REQUESTS)), default=1,
               show_default=True, help="The paper's request to run (docs/benchmarks.md).")
-@click.option("--runs", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--runs", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Run the request this many times; the handlers' times are means.")
 @click.option("--scale", type=click.IntRange(min=1), default=1, show_default=True,
               help="Scale k of the loaded paper database.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def handlers(controller: str, request: int, runs: int, scale: int, as_json: bool) -> None:
-    """Table 8: mean time of every message handler per request, per process and backend."""
+    """Table 8: the mean time of every message handler per request.
+
+    Per process and backend, from the processes' /metrics (internal timing on)."""
     try:
         with Client(controller) as c:
             rows, mean_ms = measure_handlers(c, request, runs, scale)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -28,6 +30,7 @@ from mbds.service import ListenError
 from mbds.tls import TlsError
 
 DEFAULT_DATA_DIR = Path.home() / ".mbds" / "data"
+DEFAULT_PORT = 50051
 
 
 def _metrics(port: int | None, listen: str) -> int:
@@ -46,6 +49,47 @@ def _metrics(port: int | None, listen: str) -> int:
     return server.server_port
 
 
+def _port_in_use(address: str) -> bool:
+    """Whether a server binding HOST:PORT would find it in use: gRPC logs a raw line of
+    its own (`add_port.cc`) before the error it raises, so a clash is found first, by
+    binding as gRPC does (SO_REUSEADDR, no SO_REUSEPORT: `mbds.service.SERVER_OPTIONS`);
+    in use only when every address HOST names is, as gRPC fails. Anything else is left
+    to gRPC to name."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        return False            # any port (0), or one `listen_on` refuses by name
+    try:
+        found = socket.getaddrinfo(host.strip("[]") or None, int(port),
+                                   type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        return False
+    for family, kind, proto, _, where in found:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(where)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    continue
+            return False        # free, or failing otherwise: gRPC says how
+    return bool(found)
+
+
+def _check_free(address: str, what: str) -> None:
+    if _port_in_use(address):
+        fail(f"{what} cannot listen on {address}: the port is in use")
+
+
+def _ended(code: int) -> str:
+    """How a child process ended, from its return code (negative: the signal)."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by signal {-code} ({signal.Signals(-code).name})"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
 def _exit_stopped() -> NoReturn:
     """Exit 0 once serve() has stopped, without the interpreter's teardown: every file and
     stream is closed already, and tearing down gRPC and the loaded modules would delay
@@ -58,7 +102,8 @@ def _exit_stopped() -> NoReturn:
 
 
 @click.command()
-@click.option("--listen", default="127.0.0.1:50061", show_default=True)
+@click.option("--listen", default="127.0.0.1:50061", show_default=True,
+              help="HOST:PORT to serve the controller and the other backends on.")
 @click.option("--data-dir", type=click.Path(path_type=Path), help="This backend's data.")
 @click.option("--data-root", type=click.Path(path_type=Path),
               help="Claim the first free slot ROOT/bK (for replicas sharing one volume).")
@@ -83,6 +128,7 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
     if data_root is not None:
         data_dir = claim_slot(data_root)
     assert data_dir is not None
+    _check_free(listen, "the backend")
     served = _metrics(metrics_port, listen)
     try:
         eventloop.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
@@ -94,7 +140,8 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
 
 
 @click.command()
-@click.option("--listen", default="127.0.0.1:50051", show_default=True)
+@click.option("--listen", default="127.0.0.1:50051", show_default=True,
+              help="HOST:PORT to serve clients on (IIG is on --internal-listen).")
 @click.option("--backends", "backend_list", default="", help="Comma-separated HOST:PORT list.")
 @click.option("--discover", help="HOST:PORT whose DNS name answers with every backend replica.")
 @click.option("--min-backends", type=click.IntRange(min=1),
@@ -106,7 +153,9 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
 @click.option("--advertise", default="",
               help="HOST:PORT the backends use for --internal-listen (default: its address).")
 @click.option("--internal-timing", type=click.Choice(["on", "off"]), default="on",
-              envvar="MBDS_INTERNAL_TIMING", show_default=True)
+              envvar="MBDS_INTERNAL_TIMING", show_default=True,
+              help="Time every message handler (/metrics, `mbds report handlers`); off: "
+                   "the system without that instrumentation (env MBDS_INTERNAL_TIMING).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Default deadline of a traffic unit, seconds.")
 @click.option("--stalled-reader", type=click.FloatRange(min=0, min_open=True), default=5.0,
@@ -145,6 +194,8 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
         addresses = discover_backends(discover, min_backends)
     if not addresses:
         raise click.UsageError("no backends: give --backends or --discover")
+    _check_free(listen, "the controller's client port")
+    _check_free(internal_listen, "IIG")
     served = _metrics(metrics_port, listen)
     try:
         eventloop.run(serve(listen=listen, backends=addresses, advertise=advertise,
@@ -162,13 +213,18 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
 
 
 @click.command()
-@click.option("--backends", "n", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=50051, show_default=True,
+@click.option("--backends", "n", type=click.IntRange(min=1), default=2, show_default=True,
+              help="How many backends; at least as many as --data-dir holds.")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
               help="The controller's client port (0: a free one).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA_DIR,
-              show_default=True)
+              show_default=True,
+              help="The cluster's data (a folder per backend, the controller's, the "
+                   "certificates), kept across starts.")
 @click.option("--internal-timing", type=click.Choice(["on", "off"]), default="on",
-              show_default=True)
+              show_default=True,
+              help="Time every message handler (/metrics, `mbds report handlers`); off: "
+                   "the system without that instrumentation.")
 @click.option("--synchronous", default="NORMAL", show_default=True,
               type=click.Choice(["OFF", "NORMAL", "FULL", "EXTRA"], case_sensitive=False),
               help="SQLite synchronous mode of every backend and the decision log.")
@@ -186,7 +242,11 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
 def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str,
        metrics_port: int | None, no_metrics: bool, backend_cpus: float | None,
        split_search_from: int, client_tls: bool, tokens: Path | None) -> None:
-    """Start a controller and N backends as local processes; Ctrl-C stops them.
+    """Start a local cluster: a controller and N backends.
+
+    They run as local processes on 127.0.0.1; Ctrl-C or SIGTERM stops them. When one of
+    them exits, the others are stopped and the exit code is 1: `mbds up` again with the
+    same --data-dir brings the cluster back, its data kept.
 
     Each serves Prometheus /metrics on 127.0.0.1 (ports of their own unless
     --metrics-port), printed once ready; --no-metrics serves none."""
@@ -197,6 +257,11 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
                                f"{metrics_port + n}, must be at most 65535")
     if not no_metrics and metrics_port is None:
         metrics_port = 0                # every process binds a free port of its own
+    # A port in use is named before any backend starts, and before gRPC logs about it.
+    if port and _port_in_use(f"127.0.0.1:{port}"):
+        fail(f"port {port} of 127.0.0.1 is in use (a cluster running there already? "
+             f"`mbds status --controller 127.0.0.1:{port}` asks it): give another --port, "
+             "or --port 0 for a free one")
     from mbds.cluster import LocalCluster, ProcessFailed
     from mbds.cpulimit import CpuLimitUnavailable
     cluster = LocalCluster(data_dir, n, port=port, internal_timing=internal_timing == "on",
@@ -228,19 +293,31 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
         click.echo(f"  backend b{i} {b.address}")
     click.echo(f"internal links: mutual TLS (certificates in {cluster.tls_dir}); clients: "
                + (f"TLS (MBDS_CA={cluster.tls_dir}/ca.pem)" if cluster.client_tls
-                  else "plaintext on loopback") + (", token required" if tokens else ""))
+                  else "plaintext on loopback")
+               + (f", token required (MBDS_TOKEN=a read or write token of {tokens})"
+                  if tokens else ""))
     for proc in [cluster.controller, *cluster.backends]:
         if proc is not None and proc.metrics_url:
             click.echo(f"metrics {proc.name.removeprefix('backend ')} {proc.metrics_url}")
     click.echo("ready; Ctrl-C to stop", err=True)
+    died = None
     while not stop.wait(0.2):       # a signal ends the wait at once
         dead = [p for p in [cluster.controller, *cluster.backends]
                 if p is not None and p.popen.poll() is not None]
         if dead:
-            click.echo(f"{dead[0].name} exited:\n" + "\n".join(dead[0].tail), err=True)
+            died = dead[0]
+            click.echo(f"{died.name} exited: {_ended(died.popen.returncode)}; its last "
+                       "lines:\n" + "\n".join(f"  {line}" for line in died.tail), err=True)
             break
     cluster.stop()
-    click.echo("stopped", err=True)
+    if died is None:
+        click.echo("stopped", err=True)
+        return
+    # Not a supervisor (docs/usage.md): the rest is stopped and the failure reported.
+    again = f"--backends {n}" + (f" --port {port}" if port != DEFAULT_PORT else "")
+    click.echo(f"stopped the others; `mbds up {again} --data-dir {data_dir}` brings the "
+               "cluster back, its data kept", err=True)
+    sys.exit(1)
 
 
 @click.command()
@@ -261,10 +338,10 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
                    "controller, then a backend].")
 def health(address: str, timeout: float, tls_dir: Path | None, ca: Path | None,
            role: str | None) -> None:
-    """Exit 0 when the process at ADDRESS reports SERVING (gRPC health service).
+    """Exit 0 when the process at ADDRESS reports SERVING.
 
-    A liveness check: a controller serves while a backend is down (`mbds status` exits
-    2 then)."""
+    It asks the gRPC health service. A liveness check: a controller serves while a
+    backend is down (`mbds status` exits 2 then)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 

@@ -38,6 +38,11 @@ HELP = """Type an ABDL request or a [transaction; ...]; Enter runs it when balan
   \\q          quit (also quit, exit, Ctrl-D)
 Ctrl-C while a request runs cancels it; at the prompt it discards what was typed."""
 HELP_WORDS = ("help", "\\?", "\\h")
+# A request sent because its brackets balanced, which the parser found cut short, was
+# most likely meant to go on over the next line: its error says where to break lines.
+CUT_SHORT = "found end of input"
+GO_ON = (" (the shell sends a request once its brackets balance: begin a RETRIEVE's "
+         "target list on the line its query ends on)")
 
 
 # The exit code of a script stopped by --on-error-stop, psql's for ON_ERROR_STOP.
@@ -54,7 +59,9 @@ NOTHING = re.compile(r"(?:\s++|--[^\n]*+)*+")
                    f"with exit code {STOPPED_ON_ERROR} (by default it is named and the "
                    "next one runs, exit code 0, as psql does).")
 def shell(controller: str, on_error_stop: bool) -> None:
-    """Interactive ABDL prompt with history, multi-line input and tables."""
+    """Interactive ABDL prompt: history, multi-line input, tables.
+
+    Enter sends a request once its brackets balance; `help` lists the commands."""
     run_shell(controller, on_error_stop)
 
 
@@ -142,6 +149,8 @@ def answer(client: Client, text: str, where: str = "") -> bool:
                 render_result(r)
     except (NotUtf8, ClientError) as e:
         said = f"error: {e}" if isinstance(e, NotUtf8) else f"error: {where}{e}"
+        if isinstance(e, ClientError) and str(e).endswith(CUT_SHORT) and _complete(text):
+            said += GO_ON
         console.print(said, style="red", markup=False, highlight=False, soft_wrap=True)
         return False
     return True

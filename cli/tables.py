@@ -15,7 +15,11 @@ NULL = Text("(null)", style="dim")
 def render_result(r: Result, *, max_rows: int = 200) -> None:
     s = r.stats
     if r.columns and r.op in ("RETRIEVE", "RETRIEVE_COMMON"):
-        t = Table(*r.columns, show_lines=False)
+        t = Table(show_lines=False)
+        for c in r.columns:
+            # Folded, not cut with an ellipsis: 1.2345678901234567e+300 cut to
+            # "1.23456789012345…" would read as a value near 1.
+            t.add_column(c, overflow="fold")
         for rec in r.records[:max_rows]:
             # Text, not str: a stored value is shown as it is, never read as markup. A
             # null is shown as psql's `\pset null '(null)'` does, apart from ''.

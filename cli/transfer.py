@@ -170,7 +170,9 @@ def _format(path: str, fmt: str | None, default: str | None) -> str:
                    "for standard input].")
 def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int,
               progress: bool | None) -> None:
-    """Load records into the defined file NAME from PATH (- for standard input)."""
+    """Load a defined file's records from CSV or JSON Lines.
+
+    Into the file NAME (`mbds define`) from PATH (- for standard input)."""
     fmt = _format(path, fmt, None)
     csv.field_size_limit(MAX_MESSAGE)       # csv's own limit (128 kB) would refuse a body
     failed: list[Exception] = []
@@ -279,7 +281,9 @@ def _write(replies: Iterable[pb.ExecuteReply], out: io.TextIOBase, fmt: str,
 @click.option("--timeout", type=float, default=3600.0, show_default=True,
               help="Seconds the whole dump may take.")
 def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) -> None:
-    """Write every record of file NAME (attributes and body) as JSON Lines or CSV."""
+    """Write every record of file NAME as JSON Lines or CSV.
+
+    Its attributes and its body, from one RETRIEVE: a snapshot."""
     fmt = _format(out, fmt, "jsonl")
     t0 = time.perf_counter()
     written = [0]

@@ -81,7 +81,8 @@ class Iig:
                     raise DefinitionError(
                         f"file {s.name} is already defined differently; "
                         "a stored file's template and directory cannot be changed "
-                        "(its indexes can)")
+                        "(its indexes can); to start over, stop the cluster and start "
+                        "it on an empty --data-dir (compose: `down -v` first)")
                 if old.indexes == s.indexes:
                     out.unchanged.append(s.name)
                 else:

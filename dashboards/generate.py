@@ -88,7 +88,8 @@ def handlers() -> Dashboard:
     by = "process, handler"
     return Dashboard(
         "mbds-handlers", "MBDS / Message handlers",
-        "Internal timing (docs/spec.md §5): time spent in each message handler, one row per process. "
+        "Internal timing (docs/spec.md §5): time spent in each message handler, one row per "
+        "process. "
         "Empty when internal timing is off (mbds up --internal-timing off).",
         [
             row("$process", repeat="process"),

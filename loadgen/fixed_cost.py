@@ -140,7 +140,10 @@ def fixed_cost(backend_counts: list[int], which: str, scale: int, units: int, wa
                internal_timing: str, backend_cpus: float | None,
                split_search_from: int, gap_ms: float, by_thread: bool, floor: bool,
                alone: bool, count: bool, as_json: bool) -> None:
-    """CPU ms per traffic unit of the controller and each backend, for a small request."""
+    """CPU ms per small traffic unit, per process.
+
+    Of the controller and each backend, for a small request (the paper's request 1
+    unless --request names another)."""
     text = request_text(which, scale)
     if count:
         if floor or alone or backend_cpus or gap_ms or by_thread:

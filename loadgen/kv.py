@@ -227,7 +227,9 @@ def kv(batches: int, runs: int, durability: str, threads_list: str, range_size: 
        backends: int, backend_cpus: float | None, split_search_from: int,
        internal_timing: str, seed: int,
        out: Path | None) -> None:
-    """Key/value insert, fetch, update, delete: durability and threads (seed 002)."""
+    """Key/value operations: durability and threads (seed 002).
+
+    Insert, fetch, update and delete, under each durability mode and thread count."""
     modes = [m.strip().lower() for m in durability.split(",") if m.strip()]
     if bad := [m for m in modes if m not in DURABILITY]:
         raise click.BadParameter(f"unknown {bad}; choose from {', '.join(DURABILITY)}",

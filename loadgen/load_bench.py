@@ -97,7 +97,9 @@ def _row(name: str, n: int, m: dict[str, Any]) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def load(records: int, chunk: int, backend_cpus: float | None, rounds: int,
          as_json: bool) -> None:
-    """Bulk-load records/s: MBDS (1 and 2 backends) beside executemany into bare SQLite."""
+    """Bulk-load records/s, beside executemany into bare SQLite.
+
+    MBDS on one backend and on two, side by side with executemany of the same rows."""
     scale = records // 1000
     data: list[Record] = list(P.records(scale))
     n = len(data)

@@ -222,7 +222,9 @@ def growth_per(rows: list[Row], names: list[str], per: int) -> Row:
 def memory(units: int, every: int, threads: int, load_scale: int, warmup: int,
            backends: int, backend_cpus: float | None, split_search_from: int,
            internal_timing: str, seed: int, out: Path | None) -> None:
-    """Resident memory of every process per 10,000 traffic units (leaks)."""
+    """Resident memory per 10,000 traffic units (leaks).
+
+    Of every process of the cluster, as the units run."""
     if units < 1 or every < 1 or threads < 1:
         raise click.BadParameter("--units, --every and --threads must be at least 1")
     folder = out_dir("memory", out)

@@ -230,8 +230,10 @@ def paper(backends: str, scale: int, record_bytes: int, runs: int, requests: str
           table8: str, backend_cpus: float | None, out: Path | None, metrics_base: int | None,
           split_search_from: int, control: bool, compose: bool, table2_file: Path | None,
           all_tables: bool) -> None:
-    """Reproduce the paper's Tables 3–8 with local clusters; print the claims at a glance
-    and the verdicts (all tables in report.md, or here with --tables)."""
+    """The paper's Tables 3–8 on local clusters, with verdicts.
+
+    Prints the claims at a glance and the verdicts (all tables in report.md, or here
+    with --tables)."""
     try:
         import matplotlib  # noqa: F401 - fail before hours of measuring, not after
     except ImportError:

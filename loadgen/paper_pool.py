@@ -104,7 +104,9 @@ def pool(folders: list[Path]) -> tuple[dict, list[ConfigResult]]:
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="Folder for the pooled report (runs.csv, summary.json, report.md, plots).")
 def paper_pool(folders: tuple[Path, ...], out: Path) -> None:
-    """Pool the runs of several `mbds bench paper` results folders into one report."""
+    """Pool several `mbds bench paper` results into one report.
+
+    The runs of every results folder given are pooled, as if one run had made them."""
     meta, results = pool(list(folders))
     if not any(r.times_ms for r in results):
         raise click.ClickException("no runs in these folders")

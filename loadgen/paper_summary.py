@@ -115,7 +115,8 @@ def table2_table(t2: dict) -> dict:
              "yes" if r["match"] else "NO", f"{r['median_ms']:.2f}"] for r in t2["rows"]]
     where = f", {t2['backends']} backends" if t2.get("backends") else ""
     return {"title": f"Table 2 (scale {t2['scale']}, multi {t2['multi']}{where}), "
-                     f"beside the paper's counts; median of {t2['runs']} runs"
+                     "beside the paper's counts; " + (
+                         f"median of {t2['runs']} runs" if t2["runs"] != 1 else "1 run")
                      + (f" after {t2['warmup']} untimed" if t2.get("warmup") else ""),
             "columns": ["request", "clusters\nexamined", "paper", "records\nretrieved",
                         "paper", "match", "median\nms"], "rows": rows}

@@ -204,7 +204,7 @@ def tp(users: int, transactions: int, requests: int, random_requests: bool, thin
        records: int, record_bytes: int, cluster_size: int, atomic: bool, rate: float | None,
        max_inflight: int, backends: int, backend_cpus: float | None, split_search_from: int,
        internal_timing: str, seed: int, out: Path | None) -> None:
-    """Emulated users running transactions of random reads (seed 001)."""
+    """Emulated users' transactions of random reads (seed 001)."""
     folder = out_dir("tp", out)
     started = time.ctime()
     facts = machine_facts(backends, backend_cpus, split_search_from)

@@ -243,7 +243,10 @@ def users(test: str, users_list: str, records: int, per_user: int, repeats: int,
           reps: int, cluster_size: int, nonclustered: bool, backends: int,
           backend_cpus: float | None,
           split_search_from: int, internal_timing: str, seed: int, out: Path | None) -> None:
-    """IDM 500 tests: throughput against users (1) or time against relation size (2)."""
+    """IDM tests 1 and 2: users, and relation size (seed 000).
+
+    Test 1: throughput against the number of users; test 2: time against the
+    relation's size."""
     folder = out_dir("users" if test == "1" else "filesize", out)
     facts = machine_facts(backends, backend_cpus, split_search_from)
     ulist = sorted(set(int_list(users_list)) | {1})

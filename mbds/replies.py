@@ -49,7 +49,8 @@ def _error(e: grpc.RpcError) -> ClientError:
     if e.code() == grpc.StatusCode.UNAVAILABLE and details.endswith("Socket closed"):
         # What a port serving TLS does to a plaintext connection, in gRPC's words.
         details += (" (if the controller serves TLS, the client needs the cluster's CA: "
-                    "--ca or env MBDS_CA)")
+                    "env MBDS_CA, or Client(ca=...); and a token, if it asks for one: env "
+                    "MBDS_TOKEN, or Client(token=...))")
     elif e.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
         # gRPC's socket engines word it "… Connection refused" or "… (111)".
         details += (" (is a controller running there? `mbds up` starts one; --controller "

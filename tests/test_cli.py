@@ -179,6 +179,27 @@ def test_a_table_tells_a_null_from_an_empty_string() -> None:
     assert "(null)" in null and "(null)" not in empty, out.get()
 
 
+def test_a_narrow_table_folds_a_number_whole_never_cuts_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a narrow terminal a long number wraps onto more lines with its exponent kept;
+    cut with an ellipsis, 1.2345678901234567e+300 would read as a value near 1."""
+    from rich.console import Console
+
+    from cli import tables
+    from mbds.client import Result
+    monkeypatch.setattr(tables, "console", Console(width=60))
+    r = Result("RETRIEVE", ["NAME_OF_SOME_LENGTH", "F", "G", "S"], [
+        {"NAME_OF_SOME_LENGTH": "x" * 30, "F": 1.2345678901234567e+300,
+         "G": -2.2250738585072014e-308, "S": "hello world " * 3}],
+        {"records_retrieved": 1, "backends": []})
+    with tables.console.capture() as out:
+        tables.render_result(r)
+    rows = [line.split("│")[1:-1] for line in out.get().splitlines() if line.startswith("│")]
+    columns = ["".join(row[k].strip() for row in rows) for k in range(4)]
+    assert "…" not in out.get()
+    assert columns[1:3] == ["1.2345678901234567e+300", "-2.2250738585072014e-308"], columns
+
+
 def test_a_controller_that_cannot_start_says_why_and_stops(cluster_factory,
                                                            tmp_path: Path) -> None:
     """A controller whose backends it refuses at start (here one backend given twice:

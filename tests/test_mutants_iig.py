@@ -62,7 +62,8 @@ def test_redefining_a_file_differently_names_what_may_change() -> None:
     other = parse_definition(CENSUS_YAML.replace("[0, 999]", "[0, 99]"))
     with pytest.raises(DefinitionError, match=r"^file CENSUS is already defined differently; "
                        r"a stored file's template and directory cannot be changed "
-                       r"\(its indexes can\)$"):
+                       r"\(its indexes can\); to start over, stop the cluster and start "
+                       r"it on an empty --data-dir \(compose: `down -v` first\)$"):
         iig.define(other)
 
 
@@ -114,7 +115,7 @@ def test_resync_allocates_after_ids_another_iig_added() -> None:
 
 
 def placements(iig: Iig, records: list[tuple[int, list[str]]]) -> None:
-    """Places records (cluster id, backends then) and checks each goes where SPEC says: to
+    """Places records (cluster id, backends then) and checks each goes where docs/spec.md says: to
     the backend with the fewest records of its cluster, then the fewest records overall,
     then the first; counting what the coordinator read from the backends at admission."""
     per = {c: dict(n) for c, n in iig.counts.items()}

@@ -172,7 +172,8 @@ def test_the_client_port_needs_tls_and_a_known_token(guarded) -> None:
         with pytest.raises(ClientError) as err:
             plain.execute(ALL)
         assert err.value.code == "UNAVAILABLE"
-        assert "the client needs the cluster's CA: --ca or env MBDS_CA" in str(err.value)
+        assert "the client needs the cluster's CA: env MBDS_CA, or Client(ca=...); and a " \
+            "token, if it asks for one: env MBDS_TOKEN" in str(err.value), str(err.value)
     for token in (None, "x" * 32, tokens["write"][:-1] + "?"):
         with Client(address, timeout=10, ca=ca, token=token) as c:
             with pytest.raises(ClientError) as err:
