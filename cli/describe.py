@@ -1,6 +1,6 @@
 """The shell's `\\d` and `\\d FILE` (psql's describe commands) from the controller's
 Status: the stored files, and one file's attributes, types, directory attributes
-and descriptors (SPEC §2: the AT and DDIT rows of the file)."""
+and descriptors (docs/spec.md §2: the AT and DDIT rows of the file)."""
 
 from __future__ import annotations
 

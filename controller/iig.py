@@ -1,4 +1,4 @@
-"""IIG — insert information generation (SPEC §4): the only place ids are allocated.
+"""IIG — insert information generation (docs/spec.md §4): the only place ids are allocated.
 
 For each new record IIG finds its cluster (allocating new type-C descriptor
 ids and cluster ids centrally, so every backend's directory stays
