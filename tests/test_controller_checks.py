@@ -134,17 +134,28 @@ def test_a_definition_votes_then_commits_and_a_vote_may_be_rolled_back() -> None
     asyncio.run(run())
 
 
+def window_full() -> tuple[FakeLink, Inbox]:
+    """A one-request unit's inbox and a backend that has sent WINDOW row batches of it."""
+    b0 = FakeLink("b0", 0)
+    inbox = inbox_of([b0], 1)
+    for _ in range(WINDOW):
+        inbox.deliver(b0, rows(0))
+    return b0, inbox
+
+
+async def consume(inbox: Inbox, link: FakeLink, batches: int) -> None:
+    """PP takes `batches` row batches of `link`'s and is done with each."""
+    for _ in range(batches):
+        await inbox.take({link}, 0)
+        inbox.consumed_batch(link)
+
+
 def test_credit_returned_lets_a_backend_send_on() -> None:
     """WINDOW batches ahead, then as many more as PP returned credit for."""
     async def run() -> None:
-        b0 = FakeLink("b0", 0)
-        inbox = inbox_of([b0], 1)
-        for _ in range(WINDOW):
-            inbox.deliver(b0, rows(0))
+        b0, inbox = window_full()
         async with asyncio.timeout(5):
-            for _ in range(WINDOW):
-                await inbox.take({b0}, 0)
-                inbox.consumed_batch(b0)
+            await consume(inbox, b0, WINDOW)
             assert sum(m.credit.batches for m in b0.sent) == WINDOW
             for _ in range(WINDOW):
                 inbox.deliver(b0, rows(0))
@@ -233,14 +244,9 @@ def test_a_backends_error_fails_the_unit_in_its_own_words_at_any_point() -> None
 def test_the_credit_returned_is_named_when_a_backend_sends_past_it() -> None:
     """Past the credit PP returned, the refusal names the credit: WINDOW plus it."""
     async def run() -> None:
-        b0 = FakeLink("b0", 0)
-        inbox = inbox_of([b0], 1)
-        for _ in range(WINDOW):
-            inbox.deliver(b0, rows(0))
+        b0, inbox = window_full()
         async with asyncio.timeout(5):
-            for _ in range(GRANT):
-                await inbox.take({b0}, 0)
-                inbox.consumed_batch(b0)
+            await consume(inbox, b0, GRANT)
             for _ in range(GRANT + 1):
                 inbox.deliver(b0, rows(0))
             with pytest.raises(BackendFailure) as err:
