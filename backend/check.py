@@ -274,14 +274,18 @@ def record(batch: pb.LoadColumns, i: int) -> str:
     return f"record {i + 1} of this backend's share of its batch"
 
 
-def directory_update(directory: Directory, update: pb.DirectoryUpdate) -> None:
-    """New files, descriptors and clusters, before this backend applies them."""
+def directory_update(directory: Directory, update: pb.DirectoryUpdate
+                     ) -> dict[int, Descriptor]:
+    """New files, descriptors and clusters, before this backend applies them; the
+    descriptors as the check read them, by id (for `Directory.apply`)."""
     if not changes(update):
-        return      # most units: nothing new
+        return {}   # most units: nothing new
+    checked = EntryCheck(directory)
     try:
-        EntryCheck(directory).check(update)
+        checked.check(update)
     except EntryError as e:
         raise BadMessage(str(e)) from None
+    return checked.descriptors
 
 
 def peer_ids(directory: Directory, tu: pb.TrafficUnit, sender: int, n: int,

@@ -20,7 +20,7 @@ from backend import check
 from backend.cc import LockTable, X
 from backend.definitions import Definitions, defines
 from backend.state import TuState
-from mbds.directory import Directory, changes
+from mbds.directory import Descriptor, Directory, changes
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.backend")
@@ -60,13 +60,13 @@ class DirectoryUpdates:
         """Stage 1's part of a traffic unit's directory update (`touches`): checked
         (`BadMessage`), a definition begun before its files change, then applied under
         CC's locks. Returns its storing job, if any."""
-        if carried:
-            check.directory_update(self.directory, tu.directory)
+        made = check.directory_update(self.directory, tu.directory) if carried else {}
         if defining:
             self.definitions.begin(key, st, tu)
-        return await self._apply_with_locks(tu.directory) if carried else None
+        return await self._apply_with_locks(tu.directory, made) if carried else None
 
-    async def apply(self, update: pb.DirectoryUpdate) -> Future[None] | None:
+    async def apply(self, update: pb.DirectoryUpdate,
+                    made: dict[int, Descriptor] | None = None) -> Future[None] | None:
         """Apply a directory update (from IIG, by bus or out of band) and queue its storing.
 
         Storing is not awaited: the writer thread may be busy with a traffic unit that
@@ -74,10 +74,12 @@ class DirectoryUpdates:
         rows are stored before any later traffic unit's records that refer to them; a
         backend that crashes before storing them is brought up to date by the
         controller when it rejoins. Returns the storing job, if any, for a traffic unit
-        that must not finish before it (see `TuState.stored`).
+        that must not finish before it (see `TuState.stored`). `made`: the update as
+        `check.directory_update` read it, when it has been checked already.
         """
-        check.directory_update(self.directory, update)
-        new = self.directory.apply(update)
+        if made is None:
+            made = check.directory_update(self.directory, update)
+        new = self.directory.apply(update, made)
         if changes(new):
             fut = self.definitions.store_rows(update, new)
             fut.add_done_callback(_log_failure)
@@ -85,7 +87,8 @@ class DirectoryUpdates:
             return fut
         return None
 
-    async def _apply_with_locks(self, update: pb.DirectoryUpdate) -> Future[None] | None:
+    async def _apply_with_locks(self, update: pb.DirectoryUpdate,
+                                made: dict[int, Descriptor]) -> Future[None] | None:
         # New type-C sub-descriptors take their attribute exclusively; new clusters their
         # descriptor-id groups (docs/spec.md §4). Stage 1 runs in bus order, so this never waits.
         wants: dict[Hashable, str] = {("attr", d.file, d.attr): X
@@ -96,7 +99,7 @@ class DirectoryUpdates:
                 wants[("didgroup", c.file, attr)] = X
         handle = await self._acquire("directory", "directory", wants)
         try:
-            return await self.apply(update)
+            return await self.apply(update, made)
         finally:
             self.cc.release(handle)
 

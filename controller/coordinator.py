@@ -266,16 +266,13 @@ class Coordinator:
         schemas = await asyncio.to_thread(parse_definition, text)
         async with self._defining:       # one at a time: IIG sees only adopted files
             await self.membership.ensure_up()
-            before = {s.name: self.directory.files.get(s.name) for s in schemas}
-            out = self.iig.define(schemas)
-            changed = {name: before[name] for name in (*out.created, *out.reindexed)}
-            if changed:
+            out = self.iig.definition(schemas)
+            if out.created or out.reindexed:
                 # Adopted only once every backend has stored it (definitions.py).
-                self.directory.restore_files(changed)
                 await self.membership.enter()
                 try:
                     await definitions.define_everywhere(self.bus, self.directory,
-                                                        out.update, self.timeout)
+                                                        out.update, self.timeout, out.made)
                 finally:
                     self.membership.leave()
         return out

@@ -21,7 +21,7 @@ import logging
 
 from controller.bus import BackendFailure, Bus
 from controller.inbox import Inbox, Link
-from mbds.directory import Directory
+from mbds.directory import Descriptor, Directory
 from mbds.errors import TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 
@@ -29,8 +29,10 @@ log = logging.getLogger("mbds.controller")
 
 
 async def define_everywhere(bus: Bus, directory: Directory, update: pb.DirectoryUpdate,
-                            timeout: float) -> None:
-    """Store `update`'s files on every backend, then adopt it into `directory`."""
+                            timeout: float, made: dict[int, Descriptor] | None = None
+                            ) -> None:
+    """Store `update`'s files on every backend, then adopt it into `directory` (`made`:
+    its descriptors as IIG made them, by id)."""
     inbox = bus.broadcast({link.index: pb.TrafficUnit(directory=update)
                            for link in bus.links}, timeout, 0)
     try:
@@ -46,7 +48,7 @@ async def define_everywhere(bus: Bus, directory: Directory, update: pb.Directory
         # Once decided it is carried out whatever happens to the caller.
         try:
             told = await asyncio.shield(asyncio.ensure_future(
-                _commit(inbox, directory, update)))
+                _commit(inbox, directory, update, made)))
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -71,8 +73,8 @@ async def define_everywhere(bus: Bus, directory: Directory, update: pb.Directory
         inbox.unregister()
 
 
-async def _commit(inbox: Inbox, directory: Directory, update: pb.DirectoryUpdate
-                  ) -> set[Link]:
+async def _commit(inbox: Inbox, directory: Directory, update: pb.DirectoryUpdate,
+                  made: dict[int, Descriptor] | None) -> set[Link]:
     """The decision on disk, then the definition adopted and Commit sent to each backend
     whose bus is open (one that is not resolves it when it returns). Returns those told.
     No decision (the log failed, or a backend asked about the unit first): aborted."""
@@ -82,7 +84,7 @@ async def _commit(inbox: Inbox, directory: Directory, update: pb.DirectoryUpdate
     except Exception as e:
         inbox.abort(f"no commit decision: {e}")     # also when the caller is gone
         raise
-    directory.apply(update)
+    directory.apply(update, made)
     told = {link for link in inbox.links if link.up}
     for link in told:
         link.send(pb.BusMessage(commit=pb.Commit(seq=inbox.seq)))

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 class Defined:
     """What a definition did: the directory update to broadcast, and per file its fate."""
     update: pb.DirectoryUpdate
+    # The update's descriptors as made here, by id (`Directory.apply` reads them from
+    # these rather than from the messages again).
+    made: dict[int, Descriptor] = field(default_factory=dict)
     created: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     reindexed: list[str] = field(default_factory=list)
@@ -66,11 +69,20 @@ class Iig:
 
     # ------------------------------------------------------------- define --
     def define(self, schemas: list[FileSchema]) -> Defined:
-        """Directory entries for new files; identical re-definitions are no-ops.
+        """A definition (`definition`) applied to IIG's directory at once."""
+        out = self.definition(schemas)
+        self.directory.apply(out.update, out.made)
+        return out
+
+    def definition(self, schemas: list[FileSchema]) -> Defined:
+        """Directory entries for new files, their ids allocated; identical re-definitions
+        are no-ops. Nothing is applied: the controller adopts a definition only once
+        every backend has stored it (`definitions.py`).
 
         A stored file keeps its template and directory; only its non-clustered
-        indexes may change (the backends build or drop them). Nothing is applied
-        unless every file in the definition is acceptable.
+        indexes may change (the backends build or drop them). A file that may not is
+        refused (DefinitionError), and with it the whole definition: the ids allocated
+        for the files before it are left unused.
         """
         out = Defined(pb.DirectoryUpdate())
         update = out.update
@@ -91,17 +103,18 @@ class Iig:
                     out.reindexed.append(s.name)
                 continue
             update.files.append(file_schema_to_pb(s))
-            update.descriptors.append(self._new_descriptor(s.name, "FILE", "B", value=s.name))
+            update.descriptors.append(self._new_descriptor(
+                s.name, "FILE", "B", value=s.name, made=out.made))
             for a in s.attributes:
                 if not a.directory:
                     continue
-                update.descriptors.append(self._new_descriptor(s.name, a.name, "N"))
+                update.descriptors.append(self._new_descriptor(s.name, a.name, "N",
+                                                                made=out.made))
                 for spec in s.descriptor_specs.get(a.name, []):
                     update.descriptors.append(self._new_descriptor(
                         s.name, a.name, spec.kind, low=spec.low, high=spec.high,
-                        value=spec.value))
+                        value=spec.value, made=out.made))
             out.created.append(s.name)
-        self.directory.apply(update)
         return out
 
     def _same_descriptors(self, s: FileSchema) -> bool:
@@ -115,9 +128,12 @@ class Iig:
         return True
 
     def _new_descriptor(self, file: str, attr: str, kind: str, *, low: Value = None,
-                        high: Value = None, value: Value = None) -> pb.Descriptor:
+                        high: Value = None, value: Value = None,
+                        made: dict[int, Descriptor] | None = None) -> pb.Descriptor:
         d = Descriptor(self.next_descriptor, file, attr, kind, low, high, value)
         self.next_descriptor += 1
+        if made is not None:
+            made[d.id] = d
         return d.to_pb()
 
     # -------------------------------------------------------------- place --

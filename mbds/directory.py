@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,8 +171,11 @@ class Directory:
         self._removed: list[Descriptor | tuple[object, ...]] = []
 
     # ------------------------------------------------------------ updates --
-    def apply(self, update: pb.DirectoryUpdate) -> pb.DirectoryUpdate:
-        """Apply an update; return only the parts that were new here (to persist)."""
+    def apply(self, update: pb.DirectoryUpdate,
+              made: Mapping[int, Descriptor] | None = None) -> pb.DirectoryUpdate:
+        """Apply an update; return only the parts that were new here (to persist).
+        `made`: the update's descriptors already read from it (by id), so that a large
+        definition's are not read twice."""
         new = pb.DirectoryUpdate()
         for f in update.files:
             old, schema = self.files.get(f.name), file_schema_from_pb(f)
@@ -194,7 +198,7 @@ class Directory:
                 new.files.append(f)
         for d in update.descriptors:
             if d.id not in self.descriptors:
-                desc = Descriptor.from_pb(d)
+                desc = (made and made.get(d.id)) or Descriptor.from_pb(d)
                 self.descriptors[d.id] = desc
                 self.at[(desc.file, desc.attr)].add(desc)
                 self._add(desc)

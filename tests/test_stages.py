@@ -17,7 +17,10 @@ from backend.links import IigClient
 from backend.node import BackendNode
 from backend.state import BusOut, handler_timer
 from backend.store import Store
+from controller.iig import Iig
+from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
+from mbds.schema import parse_definition
 from mbds.traffic import predicate_count
 from tests.inproc import KeptPeers, census, census_key, census_placed, unit
 
@@ -322,6 +325,43 @@ def test_a_second_message_of_ids_from_one_sender_fails_its_unit(tmp_path: Path) 
         assert (seq, error) == (1, "backend b0: refused: descriptor ids from backend index "
                                    "1 sent twice")
         await _served(node, bus, 2)
+        node.writer.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_units_directory_update_is_checked_once_and_read_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A definition on the bus is checked before it is begun, and applied from the
+    descriptors that check read: each of its entries is checked and read from its
+    message once (a definition of 100,000 values held every unit behind it for the
+    time of doing both twice)."""
+    from mbds import directory as directory_module
+    from mbds.entries import EntryCheck
+
+    checks: list[int] = []
+    reads: list[int] = []
+    check = EntryCheck.check
+    read = directory_module.Descriptor.from_pb
+    monkeypatch.setattr(EntryCheck, "check", lambda self, update: (
+        checks.append(len(update.descriptors)), check(self, update))[1])
+    monkeypatch.setattr(directory_module.Descriptor, "from_pb", staticmethod(
+        lambda d: (reads.append(d.id), read(d))[1]))
+
+    async def scenario() -> None:
+        node, bus, _ = await _node(tmp_path, backends=1)
+        checks.clear()
+        reads.clear()
+        big = Iig(Directory())
+        big.next_descriptor = 10_000
+        out = big.definition(parse_definition(
+            "files: {G: {attributes: {K: string}, directory: {K: {type: B, values: "
+            "[a, b, c]}}}}"))
+        await node.on_traffic_unit(pb.TrafficUnit(seq=1, directory=out.update), bus)
+        assert checks == [len(out.update.descriptors)]
+        assert sorted(reads) == sorted(d.id for d in out.update.descriptors)
+        assert "G" in node.directory.files
+        node.on_abort(1, "done with it")
         node.writer.shutdown()
 
     asyncio.run(scenario())
