@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -20,6 +18,7 @@ os.environ.setdefault(VARIABLE, IOMGR_ENDPOINTS)   # before grpc loads: mbds/grp
 
 from cli.certs import tls_options
 from cli.options import event_loop_option, fail, split_search_option
+from cli.ports import check_free, port_in_use
 from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
 from mbds.cluster import end_with_launcher
@@ -47,37 +46,6 @@ def _metrics(port: int | None, listen: str) -> int:
     # Read by LocalCluster (mbds/cluster.py), which shows it to the user of `mbds up`.
     print(f"metrics on http://{host}:{server.server_port}/metrics", flush=True)
     return server.server_port
-
-
-def _port_in_use(address: str) -> bool:
-    """Whether a server binding HOST:PORT would find it in use: gRPC logs a raw line of
-    its own (`add_port.cc`) before the error it raises, so a clash is found first, by
-    binding as gRPC does (SO_REUSEADDR, no SO_REUSEPORT: `mbds.service.SERVER_OPTIONS`);
-    in use only when every address HOST names is, as gRPC fails. Anything else is left
-    to gRPC to name."""
-    host, _, port = address.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) <= 65535:
-        return False            # any port (0), or one `listen_on` refuses by name
-    try:
-        found = socket.getaddrinfo(host.strip("[]") or None, int(port),
-                                   type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (OSError, UnicodeError):
-        return False
-    for family, kind, proto, _, where in found:
-        with socket.socket(family, kind, proto) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(where)
-            except OSError as e:
-                if e.errno == errno.EADDRINUSE:
-                    continue
-            return False        # free, or failing otherwise: gRPC says how
-    return bool(found)
-
-
-def _check_free(address: str, what: str) -> None:
-    if _port_in_use(address):
-        fail(f"{what} cannot listen on {address}: the port is in use")
 
 
 def _ended(code: int) -> str:
@@ -128,7 +96,7 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
     if data_root is not None:
         data_dir = claim_slot(data_root)
     assert data_dir is not None
-    _check_free(listen, "the backend")
+    check_free(listen, "the backend")
     served = _metrics(metrics_port, listen)
     try:
         eventloop.run(serve(listen=listen, data_dir=data_dir, synchronous=synchronous,
@@ -194,8 +162,8 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
         addresses = discover_backends(discover, min_backends)
     if not addresses:
         raise click.UsageError("no backends: give --backends or --discover")
-    _check_free(listen, "the controller's client port")
-    _check_free(internal_listen, "IIG")
+    check_free(listen, "the controller's client port")
+    check_free(internal_listen, "IIG")
     served = _metrics(metrics_port, listen)
     try:
         eventloop.run(serve(listen=listen, backends=addresses, advertise=advertise,
@@ -258,7 +226,7 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
     if not no_metrics and metrics_port is None:
         metrics_port = 0                # every process binds a free port of its own
     # A port in use is named before any backend starts, and before gRPC logs about it.
-    if port and _port_in_use(f"127.0.0.1:{port}"):
+    if port and port_in_use(f"127.0.0.1:{port}"):
         fail(f"port {port} of 127.0.0.1 is in use (a cluster running there already? "
              f"`mbds status --controller 127.0.0.1:{port}` asks it): give another --port, "
              "or --port 0 for a free one")
