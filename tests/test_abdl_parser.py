@@ -35,7 +35,8 @@ def strip(node: object) -> object:
     """Structure without positions; values tagged with their type (1 != 1.0 here)."""
     if dataclasses.is_dataclass(node):
         return (type(node).__name__,) + tuple(
-            strip(getattr(node, f.name)) for f in dataclasses.fields(node) if f.name != "pos"
+            strip(getattr(node, f.name)) for f in dataclasses.fields(node)
+            if f.name != "pos" and f.compare    # positions of parts (by_pos) too
         )
     if isinstance(node, tuple):
         return tuple(strip(x) for x in node)
