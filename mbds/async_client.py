@@ -4,6 +4,8 @@ synchronous `Client`'s protocol (mbds/client.py)."""
 from __future__ import annotations
 
 import asyncio
+import warnings
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,43 @@ from mbds.replies import (
 )
 
 
+class _Held:
+    """What an AsyncClient holds open: its channel, that channel's loop, its session."""
+
+    __slots__ = ("channel", "loop", "session")
+
+    def __init__(self) -> None:
+        self.channel: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.session: Any = None
+
+
+_CLOSING: set[asyncio.Task[None]] = set()
+
+
+def _dropped(held: _Held) -> None:
+    """An AsyncClient collected unclosed: its session is cancelled (which ends the
+    controller's side of it) and its channel closed, on their loop."""
+    loop, channel = held.loop, held.channel
+    if channel is None or loop is None or loop.is_closed():
+        return
+    warnings.warn("an AsyncClient was collected unclosed: its session and channel are "
+                  "closed now (`await client.close()` or `async with` closes them)",
+                  ResourceWarning, stacklevel=2)
+
+    def shut() -> None:
+        if held.session is not None:
+            held.session.cancel()
+        task = loop.create_task(channel.close())
+        _CLOSING.add(task)          # the loop holds its tasks weakly
+        task.add_done_callback(_CLOSING.discard)
+
+    try:
+        loop.call_soon_threadsafe(shut)
+    except RuntimeError:        # the loop closed meanwhile, and its channel with it
+        pass
+
+
 class AsyncClient:
     """A connection to the controller for asyncio code: its own channel and one `Session`
     stream, opened at the first request, with the synchronous `Client`'s protocol.
@@ -39,8 +78,8 @@ class AsyncClient:
 
     The channel opens at first use, on the event loop running then (a client may be
     made before the loop runs), and serves that loop only. Close it (`await close()`,
-    or `async with`): unlike the synchronous client, one dropped unclosed keeps its
-    session, and the controller's side of it, until its event loop ends.
+    or `async with`); one dropped unclosed has its session and channel closed on their
+    loop when it is collected, with a ResourceWarning, as asyncio's own objects do.
     """
 
     def __init__(self, address: str = DEFAULT_CONTROLLER, *, timeout: float = 120.0,
@@ -50,13 +89,38 @@ class AsyncClient:
         self.timeout = timeout
         self._creds = _credentials(ca, token)   # a wrong CA or token fails here, at once
         self._options = channel_options
-        self._channel: Any = None       # a grpc.aio channel, bound to `_loop`
+        # The channel, its loop and the session, held apart from the client so that its
+        # finalizer can close them once the client is collected unclosed.
+        self._held = _Held()
+        self._finalizer = weakref.finalize(self, _dropped, self._held)
         self._stub: rpc.ControllerStub | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._session: Any = None       # a grpc.aio stream-stream call
         self._in_use = False            # a request is being read off the session
         self.sessions_opened = 0
         self.closed = False
+
+    @property
+    def _channel(self) -> Any:          # a grpc.aio channel, bound to `_loop`
+        return self._held.channel
+
+    @_channel.setter
+    def _channel(self, channel: Any) -> None:
+        self._held.channel = channel
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._held.loop
+
+    @_loop.setter
+    def _loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self._held.loop = loop
+
+    @property
+    def _session(self) -> Any:          # a grpc.aio stream-stream call
+        return self._held.session
+
+    @_session.setter
+    def _session(self, session: Any) -> None:
+        self._held.session = session
 
     @property
     def channel(self) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
 from mbds.async_client import AsyncClient
@@ -139,4 +140,30 @@ def test_a_client_closed_while_a_request_is_written_names_it(address: str) -> No
             await writing
         assert err.value.code == "CANCELLED", err.value
 
+    asyncio.run(run())
+
+
+def test_a_client_collected_unclosed_has_its_session_closed(address: str) -> None:
+    """An AsyncClient dropped without `close()`: once collected, its session is
+    cancelled (so the controller's side of it ends) and its channel closed, on its
+    loop, with a ResourceWarning; the loop goes on serving other clients."""
+    import gc
+
+    async def run() -> None:
+        c = AsyncClient(address, timeout=60)
+        await c.execute(ALL)
+        session, channel = c._session, c._channel
+        assert session is not None and not session.done()
+        with pytest.warns(ResourceWarning, match="collected unclosed"):
+            del c
+            gc.collect()
+        for _ in range(100):
+            if session.done():
+                break
+            await asyncio.sleep(0.05)
+        assert session.cancelled()
+        with pytest.raises(grpc.aio.UsageError, match="closed"):   # it opens no call
+            await channel.unary_unary("/mbds.Controller/Status")(b"", timeout=5)
+        async with AsyncClient(address, timeout=60) as other:
+            assert len((await other.execute(ALL))[0].records) == 20
     asyncio.run(run())
