@@ -334,8 +334,7 @@ def test_a_units_directory_update_is_checked_once_and_read_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A definition on the bus is checked before it is begun, and applied from the
     descriptors that check read: each of its entries is checked and read from its
-    message once (a definition of 100,000 values held every unit behind it for the
-    time of doing both twice)."""
+    message once, since every unit behind it in bus order waits for both."""
     from mbds import directory as directory_module
     from mbds.entries import EntryCheck
 
