@@ -1,17 +1,22 @@
-"""The SQL RECP's reads (`recp_read.py`) and writes (`recp_write.py`, and their undo
-log, `undo.py`) share: a plan's record condition, the OR of its conjunctions, alone or
-restricted to the plan's clusters (the CDT's address list); and a row as one JSON
-array, however many values it has. Names come only from validated identifiers; every
+"""The SQL RECP's reads (`recp_read.py`, `recp_groups.py`) and writes (`recp_write.py`,
+and their undo log, `undo.py`) share: a plan's record condition, the OR of its
+conjunctions, alone or restricted to the plan's clusters (the CDT's address list); a
+row as one JSON array, however many values it has; what a target names, as SQL; and
+the statement texts kept per file. Names come only from validated identifiers; every
 ABDL value is a bound parameter.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from backend.plan import FilePlan
-from backend.store import col
+from backend.store import as_json, col
+from mbds.schema import FileSchema
+
+T = TypeVar("T")
 
 
 def condition(plan: FilePlan) -> tuple[str, list[object]]:
@@ -64,3 +69,36 @@ def json_array(exprs: Sequence[str]) -> str:
     parts = [f"rtrim({first}, ']')", *(f"trim({c}, '[]')" for c in middle),
              f"ltrim({last}, '[')"]
     return "(" + " || ',' || ".join(parts) + ")"
+
+
+# Statement texts of a file by what they depend on (targets, conditions): a two-record
+# request spent more Python on building its SQL than SQLite spent running it. Keyed
+# by the schema object, which a redefinition replaces; bounded, cleared when full.
+TEXTS: dict[tuple[object, ...], tuple[FileSchema, Any]] = {}
+TEXTS_KEPT = 1024
+
+
+def cached(schema: FileSchema, key: tuple[object, ...], build: Callable[[], T]) -> T:
+    full = (id(schema), *key)
+    hit = TEXTS.get(full)
+    if hit is not None and hit[0] is schema:
+        return cast(T, hit[1])
+    value = build()
+    if len(TEXTS) >= TEXTS_KEPT:
+        TEXTS.clear()
+    TEXTS[full] = (schema, value)
+    return value
+
+
+def term(plan: FilePlan, a: str, encoded: bool = False) -> tuple[str, list[object]]:
+    """What a target, aggregate item or BY names, as SQL on the plan's file: FILE is the
+    file's name, BODY the record body, an attribute the file lacks is null. (An unknown
+    double-quoted name would be a string to SQLite, not a column.)"""
+    if a == "FILE":
+        return "?", [plan.schema.name]
+    if a == "BODY":
+        return "_body", []
+    attr = plan.schema.by_name.get(a)
+    if attr is None:
+        return "NULL", []
+    return (as_json(attr) if encoded else col(a)), []

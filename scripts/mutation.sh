@@ -47,7 +47,7 @@ controller.pp.x__side__* controller.pp.x__dumps__* \
 controller.pp.x__joined__* controller.pp.xǁ_Joinǁ* controller.pp.x__encoded_batches__* \
 controller.pp.x__batch__*|"
   "recp|backend/recp_*.py|backend.recp_sql.x_condition__* backend.recp_sql.x_where__* \
-backend.recp_read.x__select_list__* backend.recp_read.x_aggregate_groups__* \
+backend.recp_read.x__select_list__* backend.recp_groups.x_aggregate_groups__* \
 backend.recp_write.x__modifier_sql__* backend.recp_write.x_delete__* \
 backend.recp_write.x_update__* backend.recp_write.x_update_moving__* \
 backend.recp_write.x_insert__*|tests/test_recp.py"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from backend import recp_read, recp_write
+from backend import recp_groups, recp_read, recp_sql, recp_write
 from backend.plan import FilePlan
 from backend.store import Store
 from controller.aggregates import Aggregates
@@ -69,7 +69,7 @@ def no_statement_texts_cached(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test builds its own statements: a text cached by an earlier test (or by a
     parent process the test process was forked from) would stand in for the one built
     here, and hide what the test checks."""
-    monkeypatch.setattr(recp_read, "_TEXTS", {})
+    monkeypatch.setattr(recp_sql, "TEXTS", {})
 
 
 ALL = sorted((cid, *r) for cid, recs in RECORDS.items() for r in recs)
@@ -100,7 +100,7 @@ def groups(conn: sqlite3.Connection, p: FilePlan, items: list[str], by: str,
            agg: str = "SUM") -> dict:
     """Each group's records and, per item, its (sum, count, min, max) for `agg`."""
     out = {}
-    for reply in recp_read.aggregate_groups(conn, p, [(a, agg) for a in items], by, 7):
+    for reply in recp_groups.aggregate_groups(conn, p, [(a, agg) for a in items], by, 7):
         assert reply.request_index == 7
         for g in reply.groups.groups:
             out[from_pb(g.key)] = (g.records, [
@@ -246,7 +246,7 @@ def test_aggregates_of_file_and_by_file() -> None:
     items = [("FILE", "COUNT"), ("POP", "SUM"), ("FILE", "MAX"), ("AREA", "AVG"),
              ("FILE", "MIN")]
     for by, key in (("FILE", "CENSUS"), ("", None)):
-        [reply] = recp_read.aggregate_groups(conn, plan([1, 2, 3]), items, by, 0)
+        [reply] = recp_groups.aggregate_groups(conn, plan([1, 2, 3]), items, by, 0)
         [g] = reply.groups.groups
         assert (from_pb(g.key), g.records) == (key, 5)
         assert [(whole_sum(g, j), g.counts[j], from_pb(g.mins[j]), from_pb(g.maxs[j]))
@@ -265,7 +265,7 @@ def test_an_integer_sum_comes_in_two_halves_that_join_exactly_beyond_64_bits() -
     recp_write.insert(conn, CENSUS, [placed(3, ("Big", top, 1.0, "TX", None))])
     items = [("POP", "SUM"), ("AREA", "COUNT"), ("AREA", "SUM"), ("POP", "AVG"),
              ("AREA", "AVG")]
-    [reply] = recp_read.aggregate_groups(conn, plan([3]), items, "", 0)
+    [reply] = recp_groups.aggregate_groups(conn, plan([3]), items, "", 0)
     [g] = reply.groups.groups
     assert [v.WhichOneof("v") for v in g.sum_lows] == ["i", None, None, "i", None]
     assert (g.sums[3], g.sum_lows[3]) == (g.sums[0], g.sum_lows[0])
@@ -295,19 +295,19 @@ def test_many_items_split_over_statements_give_the_same_groups(
         return [(from_pb(g.key), g.records,
                  [(whole_sum(g, j), g.counts[j], from_pb(g.mins[j]),
                    from_pb(g.maxs[j])) for j in range(len(items))])
-                for r in recp_read.aggregate_groups(conn, p, items, by, 0)
+                for r in recp_groups.aggregate_groups(conn, p, items, by, 0)
                 for g in r.groups.groups]
 
     whole = run()
     assert len(whole) == {"STATE": 3, "FILE": 1, "CITY": 6, "": 1}[by]
-    monkeypatch.setattr(recp_read, "ITEMS_PER_STATEMENT", per_statement)
+    monkeypatch.setattr(recp_groups, "ITEMS_PER_STATEMENT", per_statement)
     assert run() == whole
     # A part beyond 64 bits comes whole, in halves, from any of the statements.
     recp_write.insert(conn, CENSUS, [placed(3, ("Big", 2**62, 1.0, "TX", None))] * 2)
-    monkeypatch.setattr(recp_read, "ITEMS_PER_STATEMENT", len(items))
+    monkeypatch.setattr(recp_groups, "ITEMS_PER_STATEMENT", len(items))
     whole = run()
     assert max(s for *_, sums in whole for s, *_ in sums[:1] if s is not None) >= 3 * 2**62
-    monkeypatch.setattr(recp_read, "ITEMS_PER_STATEMENT", per_statement)
+    monkeypatch.setattr(recp_groups, "ITEMS_PER_STATEMENT", per_statement)
     assert run() == whole
 
 
@@ -321,7 +321,7 @@ def merged(text: str, parts: list[list[tuple]]) -> list[list]:
         conn = sqlite3.connect(":memory:")
         Store._create_file_table(conn, CENSUS)
         recp_write.insert(conn, CENSUS, [placed(1, (*r, None)) for r in records])
-        for reply in recp_read.aggregate_groups(
+        for reply in recp_groups.aggregate_groups(
                 conn, plan([1]), [(attr, agg) for agg, attr in p.aggregates], p.by, 0):
             for g in reply.groups.groups:
                 assert pp.fault(g) == ""
@@ -383,7 +383,7 @@ def test_an_integer_avg_after_other_items_in_a_later_statement_comes_exact(
         monkeypatch: pytest.MonkeyPatch, per_statement: int) -> None:
     """An integer AVG computed by a later statement than the first still comes in halves
     (its place among all the items, not among its statement's, marks it)."""
-    monkeypatch.setattr(recp_read, "ITEMS_PER_STATEMENT", per_statement)
+    monkeypatch.setattr(recp_groups, "ITEMS_PER_STATEMENT", per_statement)
     records = [("A", 2**62, 0.5, "CA"), ("B", 1, 0.25, "CA"), ("C", -2**62, None, "CA")]
     assert merged("RETRIEVE (FILE = Census) (AVG(AREA), COUNT(CITY), AVG(POP))",
                   [records]) == [[0.375, 3, 1 / 3]]
@@ -397,23 +397,23 @@ def test_a_float_part_beyond_a_double_is_refused_naming_its_item() -> None:
     for agg in ("AVG", "SUM"):
         items = [("POP", "SUM"), ("AREA", agg)]
         with pytest.raises(OverflowError) as e:
-            list(recp_read.aggregate_groups(conn, plan([3]), items, "", 0))
+            list(recp_groups.aggregate_groups(conn, plan([3]), items, "", 0))
         assert str(e.value) == f"{agg}(AREA): a sum beyond the range of a double"
 
 
 def test_groups_fill_each_message_up_to_batch_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Groups of a BY go together while their bytes fit BATCH_BYTES, a message exactly
+    """Groups of a BY go together while their bytes fit GROUP_BATCH_BYTES, a message exactly
     full included; each message names its request."""
     conn = sqlite3.connect(":memory:")
     Store._create_file_table(conn, CENSUS)
     recp_write.insert(conn, CENSUS, [placed(1, (f"C{i:02}", i, None, "CA", None))
                                      for i in range(10, 17)])
     items = [("POP", "MAX")]
-    [whole] = recp_read.aggregate_groups(conn, plan([1]), items, "CITY", 7)
+    [whole] = recp_groups.aggregate_groups(conn, plan([1]), items, "CITY", 7)
     sizes = {g.ByteSize() for g in whole.groups.groups}
     assert len(whole.groups.groups) == 7 and len(sizes) == 1      # groups alike in size
-    monkeypatch.setattr(recp_read, "BATCH_BYTES", 2 * sizes.pop())
-    replies = list(recp_read.aggregate_groups(conn, plan([1]), items, "CITY", 7))
+    monkeypatch.setattr(recp_groups, "GROUP_BATCH_BYTES", 2 * sizes.pop())
+    replies = list(recp_groups.aggregate_groups(conn, plan([1]), items, "CITY", 7))
     assert [r.request_index for r in replies] == [7] * 4
     assert [len(r.groups.groups) for r in replies] == [2, 2, 2, 1]
     assert [g for r in replies for g in r.groups.groups] == list(whole.groups.groups)

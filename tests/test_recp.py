@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from backend import recp_read, recp_write
+from backend import recp_groups, recp_read, recp_write
 from backend.plan import FilePlan
 from backend.recp_sql import where
 from backend.store import Store, add_functions, table
@@ -256,11 +256,11 @@ def test_a_by_over_many_groups_sends_them_a_message_at_a_time(monkeypatch) -> No
     message and a credit); a group larger than the byte bound goes alone."""
     conn = _census_table([(1, i, f"c{i}") for i in range(2500)])
     plan = FilePlan(CENSUS, [1], [[("POP", ">=", 0)]], every_cluster=True)
-    replies = list(recp_read.aggregate_groups(conn, plan, [("POP", "SUM")], "CITY", 0))
+    replies = list(recp_groups.aggregate_groups(conn, plan, [("POP", "SUM")], "CITY", 0))
     assert [len(r.groups.groups) for r in replies] == [1000, 1000, 500]
     assert sorted((g.sums[0].i << 32) + g.sum_lows[0].i for r in replies
                   for g in r.groups.groups) == list(range(2500))
-    monkeypatch.setattr(recp_read, "BATCH_BYTES", 3000)
+    monkeypatch.setattr(recp_groups, "GROUP_BATCH_BYTES", 3000)
     conn = _census_table([(1, 1, "a"), (1, 2, "b" * 5000), (1, 3, "c"), (1, 4, "d")])
-    replies = list(recp_read.aggregate_groups(conn, plan, [("CITY", "MAX")], "POP", 0))
+    replies = list(recp_groups.aggregate_groups(conn, plan, [("CITY", "MAX")], "POP", 0))
     assert [[g.key.i for g in r.groups.groups] for r in replies] == [[1], [2], [3, 4]]
