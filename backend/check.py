@@ -16,7 +16,8 @@ from itertools import groupby
 
 from backend.plan import DescriptorResults
 from mbds import columns, traffic
-from mbds.directory import AttrIndex, Descriptor, Directory, changes
+from mbds.descriptors import AttrIndex, Descriptor
+from mbds.directory import Directory, changes
 from mbds.entries import EntryCheck, EntryError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import Attribute, FileSchema

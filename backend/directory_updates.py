@@ -20,7 +20,8 @@ from backend import check
 from backend.cc import LockTable, X
 from backend.definitions import Definitions, defines
 from backend.state import TuState
-from mbds.directory import Descriptor, Directory, changes
+from mbds.descriptors import Descriptor
+from mbds.directory import Directory, changes
 from mbds.proto import mbds_pb2 as pb
 
 log = logging.getLogger("mbds.backend")

@@ -21,7 +21,8 @@ import logging
 
 from controller.bus import BackendFailure, Bus
 from controller.inbox import Inbox, Link
-from mbds.directory import Descriptor, Directory
+from mbds.descriptors import Descriptor
+from mbds.directory import Directory
 from mbds.errors import TrafficUnitAborted
 from mbds.proto import mbds_pb2 as pb
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import heapq
 
-from mbds.directory import Descriptor, Directory, file_schema_to_pb
+from mbds.descriptors import Descriptor
+from mbds.directory import Directory, file_schema_to_pb
 from mbds.errors import SHOWN, SemanticError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.values import Value

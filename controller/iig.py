@@ -20,7 +20,8 @@ from controller import iig_batch
 from controller.load import LoadBatch, PreparedLoad
 from controller.reqp import MAX_TEXT
 from mbds import metrics
-from mbds.directory import Descriptor, Directory, file_schema_to_pb
+from mbds.descriptors import Descriptor
+from mbds.directory import Directory, file_schema_to_pb
 from mbds.errors import DefinitionError, shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import FileSchema

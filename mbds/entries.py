@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from mbds.directory import Descriptor, Directory, file_schema_from_pb
+from mbds.descriptors import Descriptor
+from mbds.directory import Directory, file_schema_from_pb
 from mbds.errors import shorten
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import IDENT, MAX_NAME, RESERVED, TYPES, Attribute, FileSchema

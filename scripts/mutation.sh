@@ -38,7 +38,7 @@ ${D}mutated_requests_only_raise_syntax_errors ${D}token_soup_only_raises_syntax_
 MODULES=(
   "cc|backend/cc.py|backend.cc.*|tests/test_cc.py"
   "dm|backend/dm.py|backend.dm.*|tests/test_cc.py"
-  "directory|mbds/directory.py|mbds.directory.*|tests/test_directory.py"
+  "directory|mbds/directory.py mbds/descriptors.py|mbds.directory.* mbds.descriptors.*|tests/test_directory.py"
   "iig|controller/iig*.py|controller.iig.* controller.iig_batch.*|tests/test_directory.py \
 tests/test_bulk_load.py::test_placement_per_batch_matches_the_per_record_rule \
 tests/test_bulk_load.py::test_the_backend_checks_a_batch_per_column"

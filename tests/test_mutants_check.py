@@ -13,7 +13,8 @@ from backend import check
 from backend.check import BadMessage
 from controller.iig import Iig
 from mbds import columns, traffic
-from mbds.directory import Descriptor, Directory
+from mbds.descriptors import Descriptor
+from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import parse_definition
 from mbds.values import Value, to_pb
