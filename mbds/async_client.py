@@ -26,6 +26,7 @@ from mbds.replies import (
     client_closed,
     closed_under_way,
     collect,
+    hinted,
 )
 
 
@@ -281,13 +282,13 @@ class AsyncClient:
 
 def _unsent(e: grpc.RpcError | asyncio.InvalidStateError) -> ClientError:
     """A request that could not be written to a fresh session: the controller has
-    nothing of it. Core's INTERNAL for a write on a closed stream is UNAVAILABLE here."""
-    code = e.code().name if isinstance(e, grpc.RpcError) else "UNAVAILABLE"
-    details = (e.details() if isinstance(e, grpc.RpcError) else str(e)) or code
-    if code == "INTERNAL":
-        code = "UNAVAILABLE"
-    return ClientError(code, f"the request was not sent (not run): the session to the "
-                             f"controller closed ({details})")
+    nothing of it. A session that could not open says why as the synchronous client
+    does (`hinted`); core's INTERNAL for a write on a closed stream is UNAVAILABLE."""
+    if isinstance(e, grpc.RpcError) and e.code() != grpc.StatusCode.INTERNAL:
+        return ClientError(e.code().name, f"the request was not sent (not run): {hinted(e)}")
+    details = (e.details() if isinstance(e, grpc.RpcError) else str(e)) or "UNAVAILABLE"
+    return ClientError("UNAVAILABLE", f"the request was not sent (not run): the session to "
+                                      f"the controller closed ({details})")
 
 
 def _broken(e: grpc.RpcError) -> ClientError:

@@ -39,6 +39,12 @@ DEFAULT_CONTROLLER = os.environ.get("MBDS_CONTROLLER", "127.0.0.1:50051")
 # (commit, placement, messages) is small beside the records' own.
 LOAD_CHUNK = 10_000
 STATUS_TIMEOUT = 10.0
+# A channel that lost the controller connects again after a backoff, and a request made
+# meanwhile fails at once: gRPC grows that backoff to 120 s, so a controller back for
+# many seconds could still look down. Held to a second, the next request after that finds
+# it.
+RECONNECT = [("grpc.initial_reconnect_backoff_ms", 100),
+             ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
 def _credentials(ca: str | Path | None, token: str | None) -> grpc.ChannelCredentials | None:
@@ -66,10 +72,12 @@ def open_channel(api: Any, address: str, ca: str | Path | None, token: str | Non
 
 def dial(api: Any, address: str, creds: grpc.ChannelCredentials | None,
          channel_options: Sequence[tuple[str, Any]]) -> Any:
-    """`open_channel` with the credentials already made (None: plaintext)."""
+    """`open_channel` with the credentials already made (None: plaintext). The
+    `channel_options` come last, so they may change any of the client's own."""
     if port_beyond(address):
         raise ClientError("INVALID_ARGUMENT", f"{shorten(address)}: a port is at most 65535")
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE), *channel_options]
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE), *RECONNECT,
+               *channel_options]
     return (api.secure_channel(address, creds, options=options) if creds
             else api.insecure_channel(address, options=options))
 

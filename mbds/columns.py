@@ -165,8 +165,8 @@ def load_requests(file: str, attributes: list[str],
     """A load's records as columnar batches of `chunk` (fewer when they would be more
     than LOAD_BYTES), numbered from 1. A record that cannot go (a wrong number of
     values, a value the wire cannot carry, more bytes than a message carries) ends the
-    batches before its own, with its refusal in `refused`: raised inside gRPC's request
-    iterator it would come back as UNKNOWN, unnamed."""
+    batches before its chunk's first, with its refusal in `refused`: raised inside gRPC's
+    request iterator it would come back as UNKNOWN, unnamed."""
     width, first, it = len(attributes), 1, iter(rows)
     for name in (file, *attributes):
         try:
@@ -183,21 +183,24 @@ def load_requests(file: str, attributes: list[str],
             refused.append(f"record {first + n}: {len(v)} values for {width} attributes")
             return
         try:
-            for cols in _fitted(values, bodies, width, first):
-                yield pb.LoadRequest(file=file, attributes=attributes, columns=cols)
+            fitted = _fitted(values, bodies, width, first)
         except ColumnError as e:      # raised before any of the chunk is sent
             refused.append(f"record {e.index}: {e} (its batch, records {first}-"
                            f"{first + len(part) - 1}, is not loaded)")
             return
+        for cols in fitted:
+            yield pb.LoadRequest(file=file, attributes=attributes, columns=cols)
         first += len(part)
 
 
 def _fitted(values: Sequence[Sequence[Value]], bodies: Sequence[str | None], width: int,
-            first: int) -> Iterator[pb.LoadColumns]:
+            first: int) -> list[pb.LoadColumns]:
     """Records numbered from `first` as batches of at most LOAD_BYTES (one record alone
     may be more, up to what a message carries). Measured once encoded (`ByteSize`, a
     fraction of the encoding's cost); a batch too large is split evenly and each part
-    encoded again. A ColumnError's index is the record's number in the load."""
+    encoded again. Every part is made before any is sent, so that a record no message
+    carries refuses its whole chunk, none of it stored. A ColumnError's index is the
+    record's number in the load."""
     try:
         cols = encode_batch(values, width, first,
                             bodies if bodies.count(None) < len(bodies) else None)
@@ -207,11 +210,11 @@ def _fitted(values: Sequence[Sequence[Value]], bodies: Sequence[str | None], wid
     if size <= LOAD_BYTES or len(values) == 1:
         if size > MESSAGE_BUDGET:
             raise ColumnError(first, too_large("the record", size))
-        yield cols
-        return
+        return [cols]
+    del cols        # the parts are encoded again: the whole is not held beside them
     step = -(-len(values) // min(len(values), -(-size // LOAD_BYTES)))
-    for i in range(0, len(values), step):
-        yield from _fitted(values[i:i + step], bodies[i:i + step], width, first + i)
+    return [part for i in range(0, len(values), step)
+            for part in _fitted(values[i:i + step], bodies[i:i + step], width, first + i)]
 
 
 def decode(col: pb.Column, count: int) -> list[Value]:

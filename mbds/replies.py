@@ -44,18 +44,42 @@ def stats_dict(s: pb.RequestStats) -> dict[str, Any]:
                           "elapsed_ms": round(b.elapsed_ms, 3)} for b in s.backends]}
 
 
+# Where a client takes the cluster's CA from, as the hints name it.
+CA_FROM = "env MBDS_CA, or Client(ca=...)"
+
+
 def _error(e: grpc.RpcError) -> ClientError:
+    return ClientError(e.code().name, hinted(e))
+
+
+def hinted(e: grpc.RpcError) -> str:
+    """gRPC's details of a failed call, with what to do when they say the client could not
+    connect: gRPC's words name the failure, not its usual cause here."""
     details = e.details() or e.code().name
-    if e.code() == grpc.StatusCode.UNAVAILABLE and details.endswith("Socket closed"):
+    if e.code() != grpc.StatusCode.UNAVAILABLE:
+        return details
+    if details.endswith("Socket closed"):
         # What a port serving TLS does to a plaintext connection, in gRPC's words.
-        details += (" (if the controller serves TLS, the client needs the cluster's CA: "
-                    "env MBDS_CA, or Client(ca=...); and a token, if it asks for one: env "
-                    "MBDS_TOKEN, or Client(token=...))")
-    elif e.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
+        hint = (f"if the controller serves TLS, the client needs the cluster's CA: {CA_FROM}; "
+                "and a token, if it asks for one: env MBDS_TOKEN, or Client(token=...)")
+    elif any(words in details for words in ("CERTIFICATE_VERIFY_FAILED", "BAD_SIGNATURE")):
+        # The CA given did not sign the controller's certificate: BAD_SIGNATURE when it
+        # has the name of the one that did, as every cluster's CA has.
+        hint = (f"the CA the client checks the controller with ({CA_FROM}) is not the one "
+                "that signed the controller's certificate: a cluster made again (`docker "
+                "compose down -v`, a new data directory) has a new CA; take its ca.pem again")
+    elif "WRONG_VERSION_NUMBER" in details:
+        # A TLS client's handshake answered in plaintext.
+        hint = ("the controller there serves plaintext, not TLS: leave the CA out (unset env "
+                "MBDS_CA; no Client(ca=...)), or give the address of one that serves TLS")
+    elif "Connection refused" in details:
         # gRPC's socket engines word it "… Connection refused" or "… (111)".
-        details += (" (is a controller running there? `mbds up` starts one; --controller "
-                    "or env MBDS_CONTROLLER gives another address)")
-    return ClientError(e.code().name, details)
+        hint = ("is a controller running there? start one with `mbds up`, or with `docker "
+                "compose up -d` if you use the containers (docs/containers.md); --controller "
+                "or env MBDS_CONTROLLER gives another address")
+    else:
+        return details
+    return f"{details} ({hint})"
 
 
 def _code(e: Exception) -> str | None:

@@ -305,8 +305,9 @@ def test_no_controller_at_the_address_says_how_to_start_one() -> None:
         port = held.getsockname()[1]
         r = mbds("exec", "--controller", f"127.0.0.1:{port}", "RETRIEVE (FILE = F) (A)")
     assert r.returncode == 1 and "Connection refused" in r.stderr and r.stderr.rstrip(
-        ).endswith(" (is a controller running there? `mbds up` starts one; --controller or "
-                   "env MBDS_CONTROLLER gives another address)"), r.stderr
+        ).endswith(" (is a controller running there? start one with `mbds up`, or with "
+                   "`docker compose up -d` if you use the containers (docs/containers.md); "
+                   "--controller or env MBDS_CONTROLLER gives another address)"), r.stderr
 
 
 def test_a_result_line_counts_in_words_and_shows_each_backend(

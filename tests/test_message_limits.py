@@ -311,8 +311,8 @@ def test_a_record_no_message_carries_is_refused_by_its_number() -> None:
     refused: list[str] = []
     rows = [([1, "a"], None), ([2, "b" * MESSAGE_BUDGET], None), ([3, "c"], None)]
     requests = list(columns.load_requests("WIDE", ["K", "S"], rows, 10, refused))
-    # The batches before its own go; the load stops at it.
-    assert [r.columns.count for r in requests] == [1] and len(refused) == 1
+    # Nothing of its chunk is sent; the load stops at it.
+    assert [r.columns.count for r in requests] == [] and len(refused) == 1
     assert refused[0].startswith("record 2: the record is ") and "MAX_MESSAGE" in refused[0]
 
 
