@@ -5,18 +5,22 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
 from cli.database import LARGE_LOAD, load_progress, track_load
 from cli.options import controller_option, fail
-from cli.transfer import load_file
+from cli.transfer import Acknowledged, interrupted_load, load_failed, load_file
 from loadgen import paper_db as P
 from loadgen.paper_summary import console_for_summary, show, table2_table
 from loadgen.table2 import run_table2
 from mbds.client import LOAD_CHUNK, Client, ClientError
 from mbds.service import MAX_LOAD_RECORDS
+
+T = TypeVar("T")
 
 
 @click.group()
@@ -51,6 +55,14 @@ def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk
     (docs/benchmarks.md)."""
     total = 1000 * scale * multi
     t0 = time.perf_counter()
+    acknowledged, sent = Acknowledged(), [0]
+
+    def taken(records: Iterable[T]) -> Iterator[T]:
+        # The records taken from the input: those beyond the acknowledged may be stored.
+        for record in records:
+            sent[0] += 1
+            yield record
+
     try:
         with Client(controller) as c:
             c.define(P.definition_yaml(scale))
@@ -59,11 +71,13 @@ def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk
                      f"add {total:,} more, and Table 2 counts those of one load; load into "
                      "a cluster started on an empty --data-dir (compose: after `down -v`), "
                      "or give --append")
-            done = track_load(c.load(P.FILE, P.ATTRIBUTES,
-                                     P.records(scale, multi, record_bytes), chunk=chunk),
-                              total, load_progress(total, progress))
+            done = track_load(acknowledged.counted(c.load(
+                P.FILE, P.ATTRIBUTES, taken(P.records(scale, multi, record_bytes)),
+                chunk=chunk)), total, load_progress(total, progress))
+    except KeyboardInterrupt:
+        interrupted_load(P.FILE, acknowledged, sent[0])
     except ClientError as e:
-        fail(e)
+        load_failed(e, P.FILE, acknowledged, sent[0])
     seconds = time.perf_counter() - t0
     click.echo(f"loaded {done} records into {P.FILE} in {seconds:.1f} s "
                f"({done / seconds:,.0f} records/s)")

@@ -135,6 +135,41 @@ def _loaded(file: str, acknowledged: list[range], told: list[tuple[range, str]] 
     return text
 
 
+class Acknowledged:
+    """The records of each batch a load's controller acknowledged (`ranges`), numbered
+    as the load numbers them; `loading` once the load's call began."""
+
+    def __init__(self) -> None:
+        self.ranges: list[range] = []
+        self.loading = threading.Event()
+
+    def counted(self, dones: Iterable[pb.RequestDone]) -> Iterator[pb.RequestDone]:
+        self.loading.set()
+        for d in dones:
+            # Numbered by the controller: past a failed batch, the batches in flight beside
+            # it are acknowledged (a controller that numbers none answers in order).
+            first = d.first_record or (self.ranges[-1].stop if self.ranges else 1)
+            self.ranges.append(range(first, first + d.stats.records_retrieved))
+            yield d
+
+
+def load_failed(e: ClientError, file: str, acknowledged: Acknowledged, sent: int) -> NoReturn:
+    """A load's failure, with what of it is stored: the batches the controller names, or,
+    its answer not come, every record taken from the input and not acknowledged."""
+    if not acknowledged.loading.is_set():
+        fail(e)
+    told = _told(str(e))
+    if told is None and e.code in UNANSWERED:   # what the batches in flight came to
+        _cut_short(str(e), _loaded(file, acknowledged.ranges, None, sent), 1)
+    # The controller's own failure: the batches in flight beside it were answered, and
+    # those that failed are named.
+    fail(f"{e} ({_loaded(file, acknowledged.ranges, told, None)})")
+
+
+def interrupted_load(file: str, acknowledged: Acknowledged, sent: int) -> NoReturn:
+    _cut_short("interrupted", _loaded(file, acknowledged.ranges, None, sent), 130)
+
+
 def _count(path: str, fmt: str) -> int:
     """A regular file's records by its lines, for the progress bar (a CSV record with a
     quoted line break counts for more)."""
@@ -176,19 +211,9 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
     fmt = _format(path, fmt, None)
     csv.field_size_limit(MAX_MESSAGE)       # csv's own limit (128 kB) would refuse a body
     failed: list[Exception] = []
-    acknowledged: list[range] = []      # the records of each batch acknowledged
-    loading = threading.Event()
+    acknowledged = Acknowledged()
     file = name.upper()
     t0 = time.perf_counter()
-
-    def counted(dones: Iterable[pb.RequestDone]) -> Iterator[pb.RequestDone]:
-        loading.set()
-        for d in dones:
-            # Numbered by the controller: past a failed batch, the batches in flight beside
-            # it are acknowledged (a controller that numbers none answers in order).
-            first = d.first_record or (acknowledged[-1].stop if acknowledged else 1)
-            acknowledged.append(range(first, first + d.stats.records_retrieved))
-            yield d
 
     stopped, interrupted = threading.Event(), threading.Event()
     sent = [0]              # records taken from the input into batches
@@ -213,28 +238,22 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
             regular = path != "-" and progress is not False and Path(path).is_file()
             total = _count(path, fmt) if regular else 0
             try:
-                done = track_load(counted(c.load(file, list(types), records, chunk=chunk)),
-                                  total, load_progress(total, progress) if total else None)
+                done = track_load(
+                    acknowledged.counted(c.load(file, list(types), records, chunk=chunk)),
+                    total, load_progress(total, progress) if total else None)
             finally:
                 stopped.set()       # before the input closes under gRPC's reading thread
     except KeyboardInterrupt:
-        _cut_short("interrupted", _loaded(file, acknowledged, None, sent[0]), 130)
+        interrupted_load(file, acknowledged, sent[0])
     except ClientError as e:
-        if not loading.is_set():
-            fail(e)
-        told = _told(str(e))
-        if told is None and e.code in UNANSWERED:   # what the batches in flight came to
-            _cut_short(str(e), _loaded(file, acknowledged, None, sent[0]), 1)
-        # The controller's own failure: the batches in flight beside it were answered,
-        # and those that failed are named.
-        fail(f"{e} ({_loaded(file, acknowledged, told, None)})")
+        load_failed(e, file, acknowledged, sent[0])
     except BAD_INPUT as e:
         fail(e)
     finally:
         # Interrupted, it exits next: a Ctrl-C meanwhile would end it with a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted.is_set() else previous)
     if failed:      # every record before the refused one is loaded, none after it
-        fail(f"{failed[0]} ({_loaded(file, acknowledged, None, None)})")
+        fail(f"{failed[0]} ({_loaded(file, acknowledged.ranges, None, None)})")
     if interrupted.is_set():
         click.echo(f"error: interrupted; loaded {done} records into {file}: the input's "
                    f"first {done}, and none after them", err=True)
@@ -244,15 +263,22 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
                f"({done / seconds:,.0f} records/s)")
 
 
+class Interrupted(Exception):
+    """A dump stopped by Ctrl-C between two row batches."""
+
+
 def _write(replies: Iterable[pb.ExecuteReply], out: io.TextIOBase, fmt: str,
-           written: list[int]) -> None:
+           written: list[int], stopped: threading.Event) -> None:
     """The rows of a `RETRIEVE (ALL)` into `out` as they arrive, without FILE (a dump is
     of one file), each checked as the client checks an answer (`Answer`); `written[0]`
-    counts them. Raises ClientError if the answer ends without its `done`: then the
-    file holds only part of the records."""
+    counts them. Raises ClientError if the answer ends without its `done`, Interrupted
+    once `stopped` (at a batch's end, so every record written is whole): then the file
+    holds only part of the records."""
     answer, keep, names = Answer(), [], []
     writer = csv.writer(out) if fmt == "csv" else None
     for reply in replies:
+        if stopped.is_set():
+            raise Interrupted
         rows = answer.take(reply)
         if reply.WhichOneof("body") == "header":
             keep = [i for i, c in enumerate(reply.header.columns) if c != "FILE"]
@@ -287,6 +313,18 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
     fmt = _format(out, fmt, "jsonl")
     t0 = time.perf_counter()
     written = [0]
+    file = name.upper()
+    where = "standard output" if out == "-" else out
+    stopped = threading.Event()
+
+    def on_interrupt(*_: object) -> None:
+        # The first Ctrl-C stops at the end of the batch being written, so the count
+        # said is exact; a second leaves at once.
+        if stopped.is_set():
+            raise KeyboardInterrupt
+        stopped.set()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         with Client(controller, timeout=timeout) as c:
             file, _ = _definition(c, name)
@@ -295,13 +333,18 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
             with click.open_file(out, "wb") as binary:
                 text = io.TextIOWrapper(binary, encoding="utf-8", newline="")
                 try:
-                    _write(replies, text, fmt, written)
+                    _write(replies, text, fmt, written, stopped)
                 except ClientError as e:
                     raise ClientError(e.code, f"{e}; the dump is incomplete: {written[0]} "
-                                      f"records of {file} written to "
-                                      f"{'standard output' if out == '-' else out}") from None
+                                      f"records of {file} written to {where}") from None
                 finally:
                     text.detach()       # flushed; the binary stream stays open
+    except (Interrupted, KeyboardInterrupt) as e:
+        # The unit ends with the stream; what was written stays, said to be a part (left
+        # at once, a record may be cut).
+        _cut_short("interrupted", f"the dump is incomplete: {written[0]} records of {file} "
+                   f"written to {where}" + ("" if isinstance(e, Interrupted) else
+                                            ", and perhaps part of the next"), 130)
     except BrokenPipeError:
         # The reader left (`mbds dump NAME | head`): end quietly, as a shell tool does,
         # the unit aborted with the stream.
@@ -309,5 +352,7 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
         sys.exit(141)
     except (ClientError, OSError) as e:
         fail(e)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     click.echo(f"dumped {written[0]} records of {file} in {time.perf_counter() - t0:.1f} s",
                err=True)

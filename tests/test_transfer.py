@@ -338,3 +338,57 @@ def test_a_load_whose_controller_dies_names_the_records_in_flight(
     r.cluster.restart_controller()
     retry(r.client, "RETRIEVE (FILE = Orphaned) (COUNT(N))", timeout=60)
     assert acknowledged <= _stored(r, "ORPHANED") <= sent
+
+
+def test_a_dump_stopped_by_ctrl_c_says_how_many_whole_records_it_wrote(
+        cluster: Running) -> None:
+    """Ctrl-C part way through a dump stops it at the end of a row batch: exit 130, no
+    traceback, and the number of records written, each whole, which is what the output
+    holds."""
+    define(cluster, "HALTED", [([k, 0.5, "s" * 1000], None) for k in range(20_000)])
+    dump = subprocess.Popen([sys.executable, "-m", "mbds", "dump", "HALTED", "--controller",
+                             cluster.cluster.address], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
+    assert dump.stdout is not None
+    # Unread, the pipe holds the dump at its first kilobytes of twenty megabytes. (No
+    # reading ahead: `communicate` reads the pipe, not a buffer.)
+    first = dump.stdout.readline()
+    dump.send_signal(signal.SIGINT)
+    out, err = dump.communicate(timeout=120)
+    text = err.decode()
+    assert dump.returncode == 130, text
+    m = re.fullmatch(r"error: interrupted \(the dump is incomplete: (\d+) records of HALTED "
+                     r"written to standard output\)\n", text)
+    assert m is not None, repr(text)
+    written = (first + out).decode().splitlines()
+    assert 0 < len(written) == int(m[1]) < 20_000
+    assert all(json.loads(line)["S"] == "s" * 1000 for line in written)
+
+
+def test_a_paper_load_whose_controller_dies_names_the_records_in_flight(
+        cluster_factory) -> None:
+    """`mbds load paper` cut short says what it stored, as `mbds load file` does: the
+    records acknowledged, and those sent after them, which may be stored too."""
+    r = cluster_factory(2)
+    load = subprocess.Popen([sys.executable, "-m", "mbds", "load", "paper", "--scale", "1000",
+                             "--chunk", "1000", "--no-progress", "--controller",
+                             r.cluster.address], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    while not retry(r.client, "RETRIEVE (FILE = PAPER) (COUNT(INTE1))", timeout=60)[0].records[
+            0]["COUNT(INTE1)"]:
+        assert load.poll() is None, load.communicate()
+    assert r.cluster.controller is not None
+    r.cluster.controller.kill()
+    out, err = load.communicate(timeout=60)
+    text = err.decode()
+    assert load.returncode == 1, text
+    assert "Traceback" not in text and "Exception" not in text, text
+    m = re.search(r"\(records loaded into PAPER: (\d+); records (\d+)-(\d+) were in "
+                  r"flight and may be stored too: count the file's records before going "
+                  r"on\)\n$", text)
+    assert m is not None, text
+    acknowledged, first, sent = int(m[1]), int(m[2]), int(m[3])
+    assert first == acknowledged + 1 <= sent < 1_000_000
+    r.cluster.restart_controller()
+    [res] = retry(r.client, "RETRIEVE (FILE = PAPER) (COUNT(INTE1))", timeout=60)
+    assert acknowledged <= res.records[0]["COUNT(INTE1)"] <= sent
