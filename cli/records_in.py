@@ -74,12 +74,28 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+class Written(float):
+    """A JSON number with a fraction or exponent, keeping its text: refused where an
+    integer goes, it is shown as written (1e2, not 100.0)."""
+    __slots__ = ("text",)
+
+    def __new__(cls, text: str) -> Written:
+        v = super().__new__(cls, text)
+        v.text = text
+        return v
+
+
 def _float(text: str) -> float | BeyondFloat:
     """A float literal's value; one a float holds only as infinity, or as 0 despite a
     non-zero digit before its exponent, is out of range (ABDL refuses both)."""
     v = float(text)
     zeroed = v == 0 and re.search("[1-9]", re.split("[eE]", text)[0])
     return BeyondFloat(text) if math.isinf(v) or zeroed else v
+
+
+def _json_float(text: str) -> float | BeyondFloat:
+    v = _float(text)
+    return v if isinstance(v, BeyondFloat) else Written(text)
 
 
 def _typed(kind: str, v: object) -> Value:
@@ -117,15 +133,18 @@ def _cell(kind: str, cell: str) -> object:
     if cell == "":
         return None
     if kind == "integer" and INTEGER.fullmatch(cell):
-        # More than 19 digits is beyond 64 bits: int() of thousands of them would fail.
-        return int(cell) if len(cell.lstrip("+-0")) <= 19 else INT64_MAX + 1
+        # More than 19 digits is beyond 64 bits: int() of thousands of them (leading
+        # zeros too) would fail, so it is given the digits past the zeros only.
+        sign = cell[0] if cell[0] in "+-" else ""
+        digits = cell[len(sign):].lstrip("0") or "0"
+        return int(sign + digits) if len(digits) <= 19 else INT64_MAX + 1
     if kind == "float" and FLOAT.fullmatch(cell):
         return _float(cell)
     return cell
 
 
 def _json_text(v: object) -> str:
-    if isinstance(v, BeyondFloat | BeyondInt):
+    if isinstance(v, BeyondFloat | BeyondInt | Written):
         return v.text
     text = json.dumps(v, ensure_ascii=False)
     try:
@@ -192,6 +211,9 @@ def _csv_rows(reader: Any) -> Iterator[tuple[int, list[str]]]:
                               " characters (a quoted cell not closed?)") from None
             if why == "',' expected after '\"'":
                 why = "text after a quoted cell's closing quote"
+            elif why.startswith("new-line character seen in unquoted field"):
+                # Lines are split at LF: a file whose lines end in CR alone is one line.
+                why = "a carriage return in an unquoted cell: lines ended by CR alone? Use LF"
             raise Refused(f"line {reader.line_num}: not CSV ({shorten(why)})") from None
         yield start, row
         start = reader.line_num + 1
@@ -209,8 +231,8 @@ def csv_records(binary: Iterable[bytes], where: str, file: str,
 
     def records() -> Iterator[Record]:
         for n, row in rows:
-            if not row:
-                continue        # a blank line
+            if not row or (len(row) == 1 < len(columns) and not row[0].strip()):
+                continue        # a blank line, or one of spaces only
             if len(row) != len(columns):
                 raise Refused(f"line {n}: the header names {len(columns)} columns, the line has "
                               f"{len(row)}")
@@ -225,7 +247,7 @@ def json_records(binary: Iterable[bytes], where: str, file: str,
             continue
         try:
             # Without its line break: an error at its end is at a column of this line.
-            obj = json.loads(line.rstrip("\r\n"), parse_float=_float, parse_int=_int,
+            obj = json.loads(line.rstrip("\r\n"), parse_float=_json_float, parse_int=_int,
                              parse_constant=BeyondFloat, object_pairs_hook=_object)
         except _Twice as e:
             raise Refused(f"line {n}: key {shorten(repr(e.key))} appears twice in an "

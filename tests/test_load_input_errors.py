@@ -96,6 +96,9 @@ def test_a_quote_left_open_in_the_header_is_refused_before_anything_is_sent(
      "line 2, N: -" + "7" * 99 + "… (4401 characters) is beyond 64-bit integers"),
     ('{"X": ' + "7" * 5000 + "}",
      "line 2, X: " + "7" * 100 + "… (5000 characters) is out of a float's range"),
+    # A JSON number with an exponent or fraction where an integer goes, as written.
+    ('{"N": 1e2}', "line 2, N: 1e2 is not an integer"),
+    ('{"N": 2.50}', "line 2, N: 2.50 is not an integer"),
     ('{"S": "\\ud800"}',
      'line 2, S: "\\ud800" is not valid UTF-8 (character U+D800 at position 0)'),
     ('{"N": 2, "BODY": "ok \\udc80"}',
@@ -194,3 +197,36 @@ def test_blank_lines_before_a_csv_header_are_skipped(cluster: Running) -> None:
     assert out.returncode == 1
     assert out.stderr.decode().startswith(f"error: line 3: 'Y' is not an attribute of "
                                           f"{name.upper()}"), out.stderr.decode()
+
+
+def test_csv_integers_with_leading_zeros_load_however_many(cluster: Running) -> None:
+    """Leading zeros spell the same integer, even thousands of them (past Python's own
+    limit on the digits of a conversion); digits past 64 bits are refused by name."""
+    name = define(cluster, "zeros")
+    data = f"N,S\n{'0' * 5000}7,a\n-{'0' * 5000}0,b\n+0009,c\n".encode()
+    out = load(cluster, name, "csv", data)
+    assert out.returncode == 0, out.stderr.decode()
+    assert stored(cluster, name) == [0, 7, 9]
+    name = define(cluster, "zeros past 64 bits")
+    out = load(cluster, name, "csv", f"N,S\n{'0' * 5000}{'9' * 20},a\n".encode())
+    assert out.returncode == 1
+    assert out.stderr.decode() == (f"error: line 2, N: '{'0' * 99}… (5022 characters) is "
+                                   f"beyond 64-bit integers (records loaded into {name}: 0)\n")
+
+
+def test_csv_lines_of_spaces_are_skipped_as_blank_lines_are(cluster: Running) -> None:
+    name = define(cluster, "spaces")
+    out = load(cluster, name, "csv", b"N,X,S\n1,0.5,a\n   \n\t\r\n2,0.5,b\n")
+    assert out.returncode == 0, out.stderr.decode()
+    assert stored(cluster, name) == [1, 2]
+
+
+def test_csv_lines_ended_by_a_carriage_return_alone_are_refused_saying_so(
+        cluster: Running) -> None:
+    name = define(cluster, "cr only")
+    out = load(cluster, name, "csv", b"N,X,S\r1,0.5,a\r2,0.5,b\r")
+    assert out.returncode == 1
+    assert out.stderr.decode() == (
+        "error: line 1: not CSV (a carriage return in an unquoted cell: lines ended by CR "
+        "alone? Use LF)\n")
+    assert stored(cluster, name) == []
