@@ -6,6 +6,7 @@ with every record before it loaded and none after."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import subprocess
@@ -392,3 +393,14 @@ def test_a_paper_load_whose_controller_dies_names_the_records_in_flight(
     r.cluster.restart_controller()
     [res] = retry(r.client, "RETRIEVE (FILE = PAPER) (COUNT(INTE1))", timeout=60)
     assert acknowledged <= res.records[0]["COUNT(INTE1)"] <= sent
+
+
+def test_minus_zero_is_stored_as_zero_and_found_by_either(cluster: Running) -> None:
+    """SQLite stores a REAL -0.0 as 0.0 (docs/abdl.md): it comes back without its sign,
+    and compares equal to either zero, as IEEE 754 has it."""
+    define(cluster, "SIGNED", [([1, -0.0, "a"], None)])
+    r = cluster.client.execute("RETRIEVE ((FILE = SIGNED) and (X = 0.0)) (X)")[0]
+    [[x]] = [list(rec.values()) for rec in r.records]
+    assert x == 0.0 and math.copysign(1.0, x) == 1.0
+    assert len(cluster.client.execute("RETRIEVE ((FILE = SIGNED) and (X = -0.0)) (X)")[0]
+               .records) == 1
