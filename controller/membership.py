@@ -27,6 +27,7 @@ from mbds.directory import Directory
 from mbds.directory_parts import directory_entries, directory_parts
 from mbds.entries import EntryCheck, EntryError
 from mbds.errors import BackendUnavailable, shorten
+from mbds.proto import mbds_pb2 as pb
 from mbds.service import MAX_BACKEND_NAME
 
 log = logging.getLogger("mbds.controller")
@@ -187,7 +188,7 @@ class Membership:
                 for link in self.links:
                     if link.up:
                         continue
-                    reply = await self.meet.hello(link, min(2.0, self.connect_timeout))
+                    reply = await self._hello(link, min(2.0, self.connect_timeout))
                     await self._sync(link, reply.directory_digest)
                     self.bus.open(link)
                     log.info("backend %s rejoined", link.name)
@@ -195,6 +196,20 @@ class Membership:
                 self._failed = (loop.time(), str(e))
                 raise
             self._failed = None
+
+    async def _hello(self, link: BackendLink, timeout: float) -> pb.HelloReply:
+        """A hello to a backend whose bus broke. One that finds another backend at its
+        address follows the backends if they came back at one another's (`_moved`) and
+        greets it there, so the request that finds them so is served."""
+        try:
+            return await self.meet.hello(link, timeout)
+        except BackendUnavailable:
+            if not link.elsewhere:
+                raise
+            await self._moved(timeout)
+            if link.elsewhere:      # not moved: another backend holds its address
+                raise
+        return await self.meet.hello(link, timeout)
 
     async def _moved(self, timeout: float) -> None:
         """Backends restarted together may come back at one another's addresses (a

@@ -724,6 +724,31 @@ def test_another_backend_at_a_known_backends_address_is_refused(tmp_path: Path) 
     run(scenario)
 
 
+def test_backends_back_at_one_anothers_addresses_serve_the_first_request(
+        tmp_path: Path) -> None:
+    """b0 and b1 stop and come back each at the other's address (as containers restarted
+    together may): the first request after follows them there and is served."""
+    async def scenario(procs: list[Proc]) -> None:
+        procs += [backend(tmp_path, "b0"), backend(tmp_path, "b1")]
+        a0, a1 = (p.wait_ready(30) for p in procs)
+        async with controller([a0, a1], timeout=10, connect_timeout=2) as c:
+            await with_census(c)
+            for p in procs:
+                p.stop()
+            deadline = time.monotonic() + 30
+            while any(x.up for x in c.links):
+                assert time.monotonic() < deadline, "the buses did not break"
+                await asyncio.sleep(0.1)
+            procs += [backend(tmp_path, "b0", listen=a1), backend(tmp_path, "b1", listen=a0)]
+            for p in procs[-2:]:
+                p.wait_ready(30)
+            [res] = await answer(c, COUNT)
+            assert res.records == [{"COUNT(CITY)": 2}]
+            assert [(x.name, x.address) for x in c.links] == [("b0", a1), ("b1", a0)]
+
+    run(scenario)
+
+
 def test_an_abort_too_late_for_a_one_phase_writer_is_told() -> None:
     """A unit aborted (its deadline passed) while b0 writes it in one phase: when b0
     answers the abort with `committed` the client is told its writes are stored; with
