@@ -16,7 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from controller.coordinator import STALLED_READER, Coordinator
 from controller.session import Sessions, failure
-from mbds import dirlock, eventloop, tls
+from mbds import dirlock, eventloop, metrics, tls
 from mbds.doors import RoleDoor, TokenDoor, TokensFile, rebuilt
 from mbds.errors import MbdsError
 from mbds.proto import mbds_pb2 as pb
@@ -296,6 +296,7 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
                               connect_timeout=connect_timeout, synchronous=synchronous,
                               log_path=data_dir / "decisions.db" if data_dir else None,
                               metrics_url=_metrics_url(host, iig_address, metrics_port))
+    metrics.watch_members(lambda: [(x.name, x.up) for x in coordinator.links])
     controller = ControllerServicer(coordinator)
     add_controller(controller, server)
     rpc.add_IigServicer_to_server(IigServicer(coordinator), internal)

@@ -57,9 +57,17 @@ def overview() -> Dashboard:
                  description="Client calls the controller answered with an error "
                              "(mbds_request_errors_total): refused requests and "
                              "definitions too, not only failed traffic units."),
-            stat("Backends scraped and up", Target('sum(up{job="backend"})'), decimals=0,
+            stat("Member backends down", Target("count(mbds_backend_up == 0) or vector(0)"),
+                 decimals=0, w=4, red_from=1,
+                 description="Member backends whose bus from the controller is broken "
+                             "(mbds_backend_up), stopped replicas too: Prometheus stops "
+                             "scraping a replica that leaves the DNS answer, so its `up` "
+                             "cannot show it. Back at 0 once a request or `mbds status` "
+                             "reopens the bus."),
+            stat("Backends scraped and up", Target('sum(up{job="backend"})'), decimals=0, w=4,
                  description="Backend /metrics endpoints Prometheus reaches (job `backend`)."),
-            stat("Controller scraped and up", Target('sum(up{job="controller"})'), decimals=0),
+            stat("Controller scraped and up", Target('sum(up{job="controller"})'), decimals=0,
+                 w=4),
             row("Requests"),
             timeseries("Requests per second by operation",
                        Target(f"sum by (op) (rate(mbds_request_seconds_count{op}[{RI}]))",

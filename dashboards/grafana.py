@@ -92,11 +92,15 @@ def _reduce_last() -> cb.ReduceDataOptions:
 
 
 def stat(title: str, target: Target, *, unit: str = "none", w: int = 6, h: int = 4,
-         description: str = "", decimals: int | None = None) -> sb.Panel:
+         description: str = "", decimals: int | None = None,
+         red_from: float | None = None) -> sb.Panel:
+    """A single value, green; red from `red_from` on, if given."""
+    steps = [dm.Threshold(value=None, color="green")]
+    if red_from is not None:
+        steps.append(dm.Threshold(value=red_from, color="red"))
     p = (sb.Panel().title(title).description(description).span(w).height(h).unit(unit)
          .color_scheme(db.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS))
-         .thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE)
-                     .steps([dm.Threshold(value=None, color="green")]))
+         .thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(steps))
          .color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.AREA)
          .justify_mode(cm.BigValueJustifyMode.AUTO).orientation(cm.VizOrientation.AUTO)
          .text_mode(cm.BigValueTextMode.AUTO).reduce_options(_reduce_last()))

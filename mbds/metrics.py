@@ -11,11 +11,16 @@ import contextlib
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
@@ -168,6 +173,39 @@ PLAN_CACHE = LightCounter(
 RECORDS_PROCESSED = LightCounter(
     "mbds_records_processed_total", "Records retrieved or changed by RECP (a write's once its "
     "traffic unit commits)", ["op", "backend"])
+
+
+
+class _MembersUp:
+    """`mbds_backend_up{backend}`, read from the controller's links at each scrape: 1
+    while its bus to a member backend is open, else 0. Prometheus's own `up` cannot say
+    it: a stopped replica leaves the DNS answer its targets come from."""
+
+    def __init__(self) -> None:
+        self.members: Callable[[], Iterable[tuple[str, bool]]] | None = None
+
+    def describe(self) -> list[Metric]:
+        return []       # so that registering does not read links not yet made
+
+    def collect(self) -> Iterator[Metric]:
+        if self.members is None:
+            return
+        family = GaugeMetricFamily(
+            "mbds_backend_up", "1 while the controller's bus to a member backend is open, "
+            "else 0", labels=["backend"])
+        for name, up in self.members():
+            family.add_metric([name], 1.0 if up else 0.0)
+        yield family
+
+
+MEMBERS_UP = _MembersUp()
+REGISTRY.register(MEMBERS_UP)
+
+
+def watch_members(members: Callable[[], Iterable[tuple[str, bool]]]) -> None:
+    """The controller's member backends, each with whether its bus is open."""
+    MEMBERS_UP.members = members
+
 
 class _Switch:
     """Internal timing on or off: an attribute the handler timers read, not a call."""

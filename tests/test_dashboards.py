@@ -224,11 +224,11 @@ def test_schema_rejects_what_grafana_would_not_read() -> None:
     """The validation has teeth: one wrong field anywhere is found and named."""
     d = json.loads((JSON_DIR / "overview.json").read_text())
     assert not schema_errors(d)
-    stat, ts = d["panels"][0], d["panels"][5]
+    stat, ts = d["panels"][0], d["panels"][6]
     assert (stat["type"], ts["type"]) == ("stat", "timeseries")
     cases = [
         (d, "refresh", 10),                                   # a string: "10s"
-        (d["panels"][4], "collapsed", "no"),                  # a row's flag
+        (d["panels"][5], "collapsed", "no"),                  # a row's flag
         (stat["options"], "graphMode", "sparkline"),          # not a BigValueGraphMode
         (ts["options"]["legend"], "displayMode", "grid"),     # not a LegendDisplayMode
         (ts["fieldConfig"]["defaults"]["custom"], "drawStyle", "dots"),

@@ -22,7 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cli.report import report
 from loadgen import paper_db as P
 from mbds.client import Client
-from tests.conftest import Running
+from tests.conftest import CENSUS_YAML, Running
+from tests.crashes import retry
 
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]
@@ -350,3 +351,26 @@ def test_a_small_answer_is_one_bus_message_each_way(cluster_factory) -> None:
         assert msgs[down] == 5 and items[down] == 5
         # (rows, if it holds any of the two records) + done + committed
         assert msgs[up] == 5 and items[up] == 5 * (2 + (holds[name] > 0))
+
+
+def test_a_member_backend_down_is_shown_by_the_controller(cluster_factory) -> None:
+    """`mbds_backend_up` names every member backend: 1 while its bus is open, 0 once it
+    broke (a stopped replica leaves Prometheus's targets, so `up` cannot show it), and 1
+    again once a request has reopened it."""
+    r = start_with_metrics(cluster_factory, 2)
+    r.client.define(CENSUS_YAML)
+    url = r.client.status().metrics_url
+
+    def members() -> dict[str, float]:
+        return {dict(labels)["backend"]: v
+                for labels, v in series(scrape([url]), "mbds_backend_up").items()}
+
+    assert members() == {"b0": 1.0, "b1": 1.0}
+    r.cluster.backends[1].kill()
+    deadline = time.monotonic() + 30
+    while members() != {"b0": 1.0, "b1": 0.0}:
+        assert time.monotonic() < deadline, members()
+        time.sleep(0.2)
+    r.cluster.restart_backend(1)
+    retry(r.client, "RETRIEVE (FILE = Census) (CITY)", timeout=60)
+    assert members() == {"b0": 1.0, "b1": 1.0}
