@@ -240,14 +240,24 @@ def csv_records(binary: Iterable[bytes], where: str, file: str,
     return records()
 
 
+def _cr_ended(text: str, e: ValueError) -> bool:
+    """Whether JSON's error is a second value after a carriage return: lines are split
+    at LF, so a file whose lines end in CR alone is one line of many objects."""
+    if not isinstance(e, json.JSONDecodeError) or e.msg != "Extra data":
+        return False
+    before = text[:e.pos]
+    return "\r" in before[len(before.rstrip()):]
+
+
 def json_records(binary: Iterable[bytes], where: str, file: str,
                   types: dict[str, str]) -> Iterator[Record]:
     for n, line in enumerate(_lines(binary, where), 1):
         if not line.strip():
             continue
+        text = line.rstrip("\r\n")
         try:
             # Without its line break: an error at its end is at a column of this line.
-            obj = json.loads(line.rstrip("\r\n"), parse_float=_json_float, parse_int=_int,
+            obj = json.loads(text, parse_float=_json_float, parse_int=_int,
                              parse_constant=BeyondFloat, object_pairs_hook=_object)
         except _Twice as e:
             raise Refused(f"line {n}: key {shorten(repr(e.key))} appears twice in an "
@@ -257,6 +267,9 @@ def json_records(binary: Iterable[bytes], where: str, file: str,
                           "nested too deeply)") from None
         except ValueError as e:     # the column, as the line is the input's
             why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
+            if _cr_ended(text, e):
+                why = f"a second value at column {e.colno} after a carriage return: lines " \
+                      "ended by CR alone? Use LF"
             raise Refused(f"line {n}: not JSON ({shorten(str(why))})") from None
         if not isinstance(obj, dict):
             raise Refused(f"line {n}: not a JSON object")
