@@ -112,7 +112,10 @@ class Definitions:
             committed = await st.decision
             if not committed:
                 raise Cancelled(st.cancelled or "PP decided to abort")
-            faults.hit("backend.before_commit")
+            try:       # decided: kept, and `committed` goes up, whatever fails here
+                faults.hit("backend.before_commit")
+            except Exception as e:
+                log.error("definition %s, before its commit: %s", key, e)
         finally:
             del self.pending[key]
             await self._carry_out(p, stored, committed)

@@ -103,12 +103,21 @@ class TwoPhaseWrites:
             st.decision.set_result(False)
         commit = await st.decision
         if commit:
-            release()                      # the writes are final: readers may come
-            faults.hit("backend.before_commit")
+            # Decided: carried out whatever fails before, or the unit would stay prepared
+            # and listed in doubt, and no controller could resolve it until a restart.
+            try:
+                release()                  # the writes are final: readers may come
+                faults.hit("backend.before_commit")
+            except Exception as e:
+                log.error("traffic unit %s, before its commit: %s", key, e)
         await self.prepared.carry_out(unit, commit)
         del self.prepared.waiting[key]
         if not commit:                     # undone: its records were never processed
             raise Cancelled(st.cancelled or "PP decided to abort")
-        self.execution.committed(st)
-        faults.hit("backend.after_commit")
+        # Carried out: PP is told so whatever fails here, or it keeps the decision.
+        try:
+            self.execution.committed(st)
+            faults.hit("backend.after_commit")
+        except Exception as e:
+            log.error("traffic unit %s, after its commit: %s", key, e)
         return True
