@@ -15,7 +15,7 @@ import grpc
 
 from mbds.proto import mbds_pb2 as pb
 from mbds.proto import mbds_pb2_grpc as rpc
-from mbds.replies import _closed, _deadline, _ended, _error, _request
+from mbds.replies import ClientError, _deadline, _ended, _error, _request, hinted
 
 
 class Owed:
@@ -112,10 +112,21 @@ class Session:
         except grpc.RpcError as e:
             if self.expired:
                 raise _deadline(self.timeout) from None
+            # A stream that never connected took nothing to the controller.
+            if e.code() == grpc.StatusCode.UNAVAILABLE and \
+                    "failed to connect" not in (e.details() or ""):
+                raise _unanswered(hinted(e)) from None
             raise _error(e) from None
         finally:
             self.deadline = None
-        raise _closed()
+        raise _unanswered("the controller closed the session")
+
+
+def _unanswered(why: str) -> ClientError:
+    """The session broke after the request was written and before its end: the
+    controller may have run it (a write may be committed), so it is not sent again."""
+    return ClientError("UNAVAILABLE", "the session to the controller broke before the "
+                       f"request was answered: it may or may not have run ({why})")
 
 
 def _end(closed: threading.Event, requests: queue.SimpleQueue[pb.ExecuteRequest | None],
