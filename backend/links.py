@@ -36,15 +36,17 @@ class _PeerLink:
         self._open = self.channel.stream_unary(
             "/mbds.Peer/DescriptorIdsStream", request_serializer=None,
             response_deserializer=pb.PeerAck.FromString, _registered_method=True)
-        self.queue: Mailbox[bytes] = Mailbox()
+        self.queue: Mailbox[bytes | None] = Mailbox()
         self.task = asyncio.create_task(self._run())
 
     @staticmethod
-    async def _messages(queue: Mailbox[bytes]) -> AsyncIterator[bytes]:
+    async def _messages(queue: Mailbox[bytes | None]) -> AsyncIterator[bytes]:
         while True:       # every unit searched meanwhile goes along: serialized
             parts: list[bytes] = []               # batches concatenated are one batch,
             size = 0                              # as many as their bytes need
             for data in await queue.take():
+                if data is None:                  # its stream is over (`_run`)
+                    return
                 if parts and size + len(data) > MESSAGE_BUDGET:
                     yield b"".join(parts)
                     parts, size = [], 0
@@ -54,16 +56,22 @@ class _PeerLink:
 
     async def _run(self) -> None:
         while True:
+            queue = self.queue
             try:
                 # The first stream takes what was broadcast before this task started.
-                await self._open(self._messages(self.queue), wait_for_ready=True,
+                await self._open(self._messages(queue), wait_for_ready=True,
                                  metadata=self.metadata)
             except grpc.aio.AioRpcError as e:
                 log.info("peer stream to %s broke: %s", self.address, e.code())
             else:
                 log.info("peer stream to %s ended (the peer is stopping)", self.address)
-            # A fresh queue per stream: the generator of an ended stream may still be
-            # waiting on its queue inside gRPC and would swallow the next message.
+            finally:
+                # gRPC leaves the task that reads a call's messages waiting on the queue
+                # when the call ends; left so, it would be collected pending, its
+                # generator with it. The end marker lets it finish.
+                queue.put(None)
+            # A fresh queue per stream: the ended stream's reader takes the end marker,
+            # and would take whatever was put after it along with it.
             self.queue = Mailbox()
             await asyncio.sleep(0.2)
 

@@ -175,7 +175,6 @@ RECORDS_PROCESSED = LightCounter(
     "traffic unit commits)", ["op", "backend"])
 
 
-
 class _MembersUp:
     """`mbds_backend_up{backend}`, read from the controller's links at each scrape: 1
     while its bus to a member backend is open, else 0. Prometheus's own `up` cannot say

@@ -1,10 +1,12 @@
 """A backend joining a running system (scale 3 → 4): admitted between traffic units, it
 gets the directory, takes new records where IIG's rule puts them, and nothing already
-stored moves or is lost."""
+stored moves or is lost. A peer that restarts leaves nothing of the stream to it behind."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import sqlite3
 from collections import Counter
 from collections.abc import Callable
@@ -14,10 +16,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from backend.links import PeerLinks
 from controller.coordinator import Coordinator
 from controller.membership import natural_key
 from mbds.client import collect
-from mbds.cluster import Proc
+from mbds.cluster import Proc, _on_old_port
 from mbds.errors import BackendUnavailable
 from mbds.proto import mbds_pb2 as pb
 from tests.conftest import CENSUS_YAML
@@ -156,3 +159,48 @@ def test_a_controller_meeting_its_backends_tells_clients_to_come_back() -> None:
         assert BackendUnavailable.code == grpc.StatusCode.UNAVAILABLE
 
     asyncio.run(main())
+
+
+def test_a_peer_restarted_leaves_no_stream_reader_pending(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A backend's id stream to a peer ends when the peer stops: the task gRPC runs to
+    read the stream's messages ends with it, rather than being collected pending ("Task
+    was destroyed but it is pending", "aclose(): asynchronous generator is already
+    running"), and the stream to the peer back at its address carries the next ids."""
+    def peer(listen: str = "127.0.0.1:0") -> Proc:
+        return Proc("b1", ["backend", "--listen", listen, "--data-dir", str(tmp_path / "b1")])
+
+    def ends() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "mbds.peers"]
+
+    procs = [peer()]
+
+    def again(port: int) -> None:
+        procs.append(peer(f"127.0.0.1:{port}"))
+        procs[-1].wait_ready(30)
+
+    async def scenario() -> None:
+        address = procs[0].wait_ready(30)
+        links = PeerLinks()
+        links.configure(["127.0.0.1:1", address], 0)    # this backend is index 0
+        try:
+            for seq in (1, 2):
+                links.broadcast(pb.DescriptorIds(seq=seq))
+                await _until(links.flushed, f"ids {seq} on the stream to the peer")
+                procs[-1].stop()
+                await _until(lambda n=seq: len(ends()) == n, f"the end of stream {seq}")
+                for _ in range(3):      # what is left of the ended stream is collected
+                    await asyncio.sleep(0.05)
+                    gc.collect()
+                _on_old_port(again, address)
+        finally:
+            await links.close()
+
+    with caplog.at_level(logging.INFO):
+        try:
+            asyncio.run(scenario())
+        finally:
+            for p in procs:
+                p.stop()
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

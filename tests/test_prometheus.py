@@ -8,7 +8,9 @@ rejected request and a traffic unit that misses its deadline), then evaluates
 every expression of every panel of dashboards/json/*.json through Prometheus'
 HTTP API — Grafana's macros and template variables replaced as Grafana would —
 and requires each to return at least one series. Every template variable's
-label_values() query must return at least one value too.
+label_values() query must return at least one value too. The overview's count of member
+backends down is checked against a backend stopped and gone from the targets, as a
+replica leaves the DNS answer the compose deployment's targets come from.
 
 Without the prometheus binary the module is skipped, unless CI is set: there
 it must run (scripts/test.sh installs it), so it fails.
@@ -33,6 +35,8 @@ import pytest
 
 from loadgen import paper_db as P
 from mbds.client import Client, ClientError
+from tests.conftest import CENSUS_YAML
+from tests.crashes import retry
 from tests.test_metrics import load_paper, metrics_urls, scrape, series, start_with_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,14 +60,24 @@ def get(url: str, timeout: float = 10) -> Any:
 
 
 class Prometheus:
-    def __init__(self, tmp: Path, controller: str, backends: list[str]) -> None:
+    """`discovered`: the backends' targets come from a file that `discover` rewrites, as
+    the compose deployment's come from DNS, which answers only for running replicas."""
+
+    def __init__(self, tmp: Path, controller: str, backends: list[str],
+                 discovered: bool = False) -> None:
         config = tmp / "prometheus.yml"
+        self.targets_file = tmp / "backends.json"
+        if discovered:
+            self.discover(backends)
+        found = ({"file_sd_configs": [{"files": [str(self.targets_file)],
+                                       "refresh_interval": "1s"}]} if discovered
+                 else {"static_configs": [{"targets": backends}]})
         config.write_text(json.dumps({   # JSON is YAML
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
                        "evaluation_interval": "1s"},
             "scrape_configs": [
                 {"job_name": "controller", "static_configs": [{"targets": [controller]}]},
-                {"job_name": "backend", "static_configs": [{"targets": backends}]},
+                {"job_name": "backend", **found},
             ]}, indent=2))
         self.log = (tmp / "prometheus.log").open("w")
         self.proc = subprocess.Popen(
@@ -72,6 +86,12 @@ class Prometheus:
             stdout=self.log, stderr=subprocess.STDOUT, cwd=tmp)
         self.logfile = tmp / "prometheus.log"
         self.url = f"http://127.0.0.1:{self._listening_port()}"
+
+    def discover(self, backends: list[str]) -> None:
+        """The backend targets are now `backends` (written whole, then renamed)."""
+        part = self.targets_file.with_suffix(".part")
+        part.write_text(json.dumps([{"targets": backends}]))
+        part.replace(self.targets_file)
 
     def _listening_port(self, timeout: float = 30) -> int:
         """The port Prometheus bound (it was given port 0), read back from the system."""
@@ -106,6 +126,21 @@ class Prometheus:
         assert reply["data"]["resultType"] in ("vector", "scalar"), reply
         result = reply["data"]["result"]
         return result if reply["data"]["resultType"] == "vector" else [result]
+
+    def value(self, expr: str) -> float | None:
+        """The value of `expr`, a single series (None if it has none)."""
+        result = self.query(expr)
+        assert len(result) <= 1, (expr, result)
+        return float(result[0]["value"][1]) if result else None
+
+    def until(self, expr: str, want: float, timeout: float = 60) -> None:
+        """Until `expr` evaluates to `want`."""
+        deadline = time.monotonic() + timeout
+        while (got := self.value(expr)) != want:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{expr} is {got}, not {want}\n"
+                                     f"{self.logfile.read_text()[-2000:]}")
+            time.sleep(0.3)
 
     def label_values(self, label: str, metric: str) -> list[str]:
         reply = get(f"{self.url}/api/v1/label/{label}/values?"
@@ -219,3 +254,37 @@ def test_every_dashboard_query_returns_series(stack) -> None:
     assert evaluated >= 20
     assert not empty, "queries without any series:\n" + "\n".join(empty)
 
+
+
+def test_member_backends_down_shows_a_replica_gone_from_the_targets(
+        cluster_factory, tmp_path: Path) -> None:
+    """A stopped replica leaves the DNS answer Prometheus takes the backends' targets from
+    (here a file, rewritten as DNS would answer), so no `up` is 0 for it: the overview's
+    "Member backends down" counts it, from the controller's `mbds_backend_up`, and is 0
+    again once a request has reopened its bus."""
+    r = start_with_metrics(cluster_factory, 2)
+    r.client.define(CENSUS_YAML)
+    controller, *backends = (urllib.parse.urlsplit(u).netloc for u in metrics_urls(r))
+    overview = json.loads((ROOT / "dashboards" / "json" / "overview.json").read_text())
+    [panel] = [p for p in panels(overview) if p["title"] == "Member backends down"]
+    [expr] = [t["expr"] for t in panel["targets"]]
+    [red] = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+             if s["color"] == "red"]
+    assert red == 1
+    prom = Prometheus(tmp_path, controller, backends, discovered=True)
+    try:
+        prom.wait_ready(3)
+        prom.until("count(mbds_backend_up)", 2)
+        assert prom.value(expr) == 0
+        r.cluster.backends[1].kill()
+        prom.discover(backends[:1])
+        prom.until(expr, 1)
+        prom.until('count(up{job="backend"})', 1)       # b1 is no target: no `up` 0 for it
+        prom.until('sum(up{job="backend"})', 1)
+        r.cluster.restart_backend(1)
+        retry(r.client, "RETRIEVE (FILE = Census) (CITY)", timeout=60)
+        prom.discover([urllib.parse.urlsplit(u).netloc for u in metrics_urls(r)[1:]])
+        prom.until(expr, 0)
+        prom.until('sum(up{job="backend"})', 2)
+    finally:
+        prom.stop()

@@ -11,6 +11,8 @@ import secrets
 import shutil
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,16 @@ class Stack:
     @property
     def prometheus_port(self) -> int:
         return self.published("prometheus", 9090)
+
+    def prometheus(self, path: str, **params: str) -> Any:
+        """The `data` of a reply of the stack's Prometheus HTTP API (`/api/v1/<path>`)."""
+        url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as r:
+            reply = json.load(r)
+        assert reply["status"] == "success", reply
+        return reply["data"]
 
     # -- compose and docker --------------------------------------------------
     def compose(self, *args: str, check: bool = True, timeout: float = 300

@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -32,6 +32,7 @@ from tests.containers.stack import (
     CONTROLLER_DEADLINE_S,
     CPU_LIMIT_NANO,
     PAPER_TABLE2,
+    ROOT,
     STARTUP_S,
     V1,
     V2,
@@ -193,6 +194,89 @@ def test_prometheus_scrapes_controller_and_every_backend(stack3: Stack) -> None:
             seen = [(t["labels"], t["health"], t["lastError"]) for t in targets]
             pytest.fail(f"Prometheus targets after 60s: {seen}")
         time.sleep(2)
+
+
+def member_buses(stack: Stack) -> dict[str, str]:
+    """The controller's `mbds_backend_up` by backend, as Prometheus last scraped it."""
+    return {s["metric"]["backend"]: s["value"][1]
+            for s in stack.prometheus("query", query="mbds_backend_up")["result"]}
+
+
+def wait_for(stack: Stack, what: str, done: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not within {timeout:.0f}s: mbds_backend_up "
+                        f"{member_buses(stack)}\n{stack.logs()}")
+        time.sleep(1)
+
+
+def address(container: str) -> str:
+    [network] = Stack.inspect(container)["NetworkSettings"]["Networks"].values()
+    return network["IPAddress"]
+
+
+def test_a_stopped_replica_is_counted_down_though_it_leaves_the_targets(stack: Stack) -> None:
+    """`docker stop` a backend replica: it leaves the DNS answer Prometheus finds the
+    backends by, so it is no longer a target (no `up` 0 shows it), while the controller's
+    `mbds_backend_up` is 0 for it and the overview's "Member backends down" counts it;
+    started again and met by a request, it is counted up."""
+    overview = json.loads((ROOT / "dashboards" / "json" / "overview.json").read_text())
+    [expr] = [t["expr"] for p in overview["panels"] if p["title"] == "Member backends down"
+              for t in p["targets"]]
+    stack.plain_up(2)
+    victim = stack.containers("backend")[1]
+    name = backend_name(victim)
+
+    def down() -> str:
+        [sample] = stack.prometheus("query", query=expr)["result"]
+        return sample["value"][1]
+
+    def backend_targets() -> int:
+        return sum(t["labels"]["job"] == "backend"
+                   for t in stack.prometheus("targets")["activeTargets"])
+
+    wait_for(stack, "both members up", lambda: list(member_buses(stack).values()) == ["1"] * 2)
+    assert down() == "0"
+    run(["docker", "stop", victim])
+    wait_for(stack, f"{name} down",
+             lambda: member_buses(stack).get(name) == "0" and down() == "1")
+    wait_for(stack, "the stopped replica gone from the targets", lambda: backend_targets() == 1)
+    assert down() == "1"
+    run(["docker", "start", victim])
+    stack.wait_container_healthy(victim)
+    wait_for(stack, "a status answered",
+             lambda: stack.mbds(["status"], check=False).returncode == 0)
+    wait_for(stack, f"{name} up again",
+             lambda: member_buses(stack).get(name) == "1" and down() == "0")
+
+
+def test_replicas_back_at_one_another_s_addresses_serve_the_first_request(
+        stack: Stack) -> None:
+    """Both backend replicas stopped, then started in the other order: the engine gives
+    each the address the other had. The first request after follows each backend to its
+    new address and is served, with every record of both."""
+    stack.plain_up(2)
+    run(["docker", "exec", stack.controller, "python", "-c",
+         f"open('/tmp/mover.yaml', 'w').write({MOVER_YAML!r})"])
+    stack.mbds(["define", "/tmp/mover.yaml"])
+    stack.exec_json("[" + "; ".join(f"INSERT (<FILE, Mover>, <K, {k}>, <C, c{k}>)"
+                                    for k in range(6)) + "]")
+    first, second = stack.containers("backend")
+    was = {c: address(c) for c in (first, second)}
+    wait_for(stack, "both members up", lambda: list(member_buses(stack).values()) == ["1"] * 2)
+    run(["docker", "stop", first, second])
+    wait_for(stack, "both buses down", lambda: list(member_buses(stack).values()) == ["0"] * 2)
+    run(["docker", "start", second])
+    run(["docker", "start", first])
+    assert (address(first), address(second)) == (was[second], was[first]), (
+        "the engine did not give the replicas one another's addresses", was)
+    for c in (first, second):
+        stack.wait_container_healthy(c)
+    [result] = stack.exec_json("RETRIEVE (FILE = Mover) (K)")      # the first, not retried
+    assert sorted(r["K"] for r in result["records"]) == list(range(6)), result
+    assert sorted(b["backend"] for b in result["stats"]["backends"]) == sorted(
+        backend_name(c) for c in (first, second))
 
 
 # Runs in the controller container: loads the paper's database in chunks and prints
