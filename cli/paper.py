@@ -12,8 +12,9 @@ from typing import TypeVar
 import click
 
 from cli.database import LARGE_LOAD, load_progress, track_load
+from cli.load_outcome import Acknowledged, interrupted_load, load_failed
 from cli.options import controller_option, fail
-from cli.transfer import Acknowledged, interrupted_load, load_failed, load_file
+from cli.transfer import load_file
 from loadgen import paper_db as P
 from loadgen.paper_summary import console_for_summary, show, table2_table
 from loadgen.table2 import run_table2

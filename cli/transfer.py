@@ -12,18 +12,17 @@ import csv
 import io
 import json
 import os
-import re
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
 from cli.database import load_progress, track_load
+from cli.load_outcome import Acknowledged, cut_short, interrupted_load, load_failed, stored_summary
 from cli.options import controller_option, fail
 from cli.records_in import BAD_INPUT, Record, csv_records, json_records
 from mbds.client import LOAD_CHUNK, Client, ClientError
@@ -32,20 +31,7 @@ from mbds.replies import Answer
 from mbds.service import MAX_LOAD_RECORDS, MAX_MESSAGE
 
 FORMATS = ("jsonl", "csv")
-# A load's call ended without the controller's answer (it is gone, or the call timed
-# out): batches sent after the last acknowledged may have committed.
-UNANSWERED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN",
-                        "INTERNAL"})
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-# How the controller ends a load's failure (`controller/load.py`, `_naming`): each batch
-# that failed, and those acknowledged after the first of them, by their records and what
-# became of them: stored (True), not (False) or perhaps (None).
-TOLD = {"were not loaded": False, "may have been stored": None, "were stored": True,
-        "(in flight beside them) were loaded": True}
-_SPAN = re.compile(r"(\d+)-(\d+)")
-_GROUP = re.compile(r"records (\d+-\d+(?:, \d+-\d+)*) (" + "|".join(map(re.escape, TOLD))
-                    + ")")
-_TOLD = re.compile(f"(?<=; )(?:{_GROUP.pattern}, )*{_GROUP.pattern}$")
 # What str.splitlines (and readers like it) take for a line break and json.dumps leaves
 # raw in a string: escaped, so that every reader sees one record a line.
 LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
@@ -67,107 +53,6 @@ def _until_refused(records: Iterable[Record], failed: list[Exception],
     except ValueError:
         if not stopped.is_set():
             raise
-
-
-def _cut_short(what: str, loaded: str, code: int) -> NoReturn:
-    click.echo(f"error: {what} ({loaded})", err=True)
-    sys.exit(code)
-
-
-def _told(message: str) -> list[tuple[range, str]] | None:
-    """What a load's failure says of the batches that failed and those acknowledged after
-    the first of them, each batch's records with its words (`TOLD`); None when it names
-    none (the load refused before any failed, or the controller's answer never came)."""
-    tail = _TOLD.search(message)
-    if tail is None:
-        return None
-    told = []
-    for group in _GROUP.finditer(tail[0]):
-        told += [(range(int(a), int(b) + 1), group[2]) for a, b in _SPAN.findall(group[1])]
-    return told
-
-
-def _merged(ranges: Iterable[range]) -> list[range]:
-    out: list[range] = []
-    for r in sorted(ranges, key=lambda r: r.start):
-        if out and r.start <= out[-1].stop:
-            out[-1] = range(out[-1].start, max(out[-1].stop, r.stop))
-        elif r:
-            out.append(r)
-    return out
-
-
-def _spans(ranges: list[range]) -> str:
-    return ", ".join(f"{r.start}-{r.stop - 1}" for r in ranges)
-
-
-def _loaded(file: str, acknowledged: list[range], told: list[tuple[range, str]] | None,
-            sent: int | None) -> str:
-    """`records loaded into FILE: N`: the input's first N records, every one of them
-    stored. Then the records stored beyond them (a load that goes on from record N + 1
-    must leave them out), and those that may be stored: the batches the failure says so
-    of (`told`) or, its answer not come, every record taken from the input (`sent`) and
-    not acknowledged."""
-    stored = _merged([*acknowledged, *(r for r, w in told or () if TOLD[w] is True)])
-    prefix = stored[0].stop - 1 if stored and stored[0].start == 1 else 0
-    beyond = [r for r in stored if r.start > 1]
-    maybe = _merged(r for r, w in told or () if TOLD[w] is None)
-    unsure: list[range] = []
-    if sent is not None:        # the gaps of what is stored, up to the last record sent
-        at = 1
-        for r in stored:
-            if at < r.start and at <= sent:
-                unsure.append(range(at, min(r.start, sent + 1)))
-            at = r.stop
-        if at <= sent:
-            unsure.append(range(at, sent + 1))
-    text = f"records loaded into {file}: {prefix}"
-    if beyond:
-        text += f"; records {_spans(beyond)} are stored too"
-    if maybe:
-        text += f"; records {_spans(maybe)} may be stored too"
-    if unsure:
-        text += f"; records {_spans(unsure)} were in flight and may be stored too"
-    if maybe or unsure:
-        return text + ": count the file's records before going on"
-    if beyond:
-        return text + f": going on from record {prefix + 1}, leave them out"
-    return text
-
-
-class Acknowledged:
-    """The records of each batch a load's controller acknowledged (`ranges`), numbered
-    as the load numbers them; `loading` once the load's call began."""
-
-    def __init__(self) -> None:
-        self.ranges: list[range] = []
-        self.loading = threading.Event()
-
-    def counted(self, dones: Iterable[pb.RequestDone]) -> Iterator[pb.RequestDone]:
-        self.loading.set()
-        for d in dones:
-            # Numbered by the controller: past a failed batch, the batches in flight beside
-            # it are acknowledged (a controller that numbers none answers in order).
-            first = d.first_record or (self.ranges[-1].stop if self.ranges else 1)
-            self.ranges.append(range(first, first + d.stats.records_retrieved))
-            yield d
-
-
-def load_failed(e: ClientError, file: str, acknowledged: Acknowledged, sent: int) -> NoReturn:
-    """A load's failure, with what of it is stored: the batches the controller names, or,
-    its answer not come, every record taken from the input and not acknowledged."""
-    if not acknowledged.loading.is_set():
-        fail(e)
-    told = _told(str(e))
-    if told is None and e.code in UNANSWERED:   # what the batches in flight came to
-        _cut_short(str(e), _loaded(file, acknowledged.ranges, None, sent), 1)
-    # The controller's own failure: the batches in flight beside it were answered, and
-    # those that failed are named.
-    fail(f"{e} ({_loaded(file, acknowledged.ranges, told, None)})")
-
-
-def interrupted_load(file: str, acknowledged: Acknowledged, sent: int) -> NoReturn:
-    _cut_short("interrupted", _loaded(file, acknowledged.ranges, None, sent), 130)
 
 
 def _count(path: str, fmt: str) -> int:
@@ -253,7 +138,7 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
         # Interrupted, it exits next: a Ctrl-C meanwhile would end it with a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted.is_set() else previous)
     if failed:      # every record before the refused one is loaded, none after it
-        fail(f"{failed[0]} ({_loaded(file, acknowledged.ranges, None, None)})")
+        fail(f"{failed[0]} ({stored_summary(file, acknowledged.ranges, None, None)})")
     if interrupted.is_set():
         click.echo(f"error: interrupted; loaded {done} records into {file}: the input's "
                    f"first {done}, and none after them", err=True)
@@ -342,7 +227,7 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
     except (Interrupted, KeyboardInterrupt) as e:
         # The unit ends with the stream; what was written stays, said to be a part (left
         # at once, a record may be cut).
-        _cut_short("interrupted", f"the dump is incomplete: {written[0]} records of {file} "
+        cut_short("interrupted", f"the dump is incomplete: {written[0]} records of {file} "
                    f"written to {where}" + ("" if isinstance(e, Interrupted) else
                                             ", and perhaps part of the next"), 130)
     except BrokenPipeError:

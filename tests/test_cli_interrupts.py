@@ -105,4 +105,5 @@ def test_a_paper_load_stopped_by_ctrl_c_says_what_it_stored(cluster: Running) ->
     acknowledged = int(m[1])
     sent = int(m[3]) if m[2] else acknowledged
     assert not m[2] or int(m[2]) == acknowledged + 1
-    assert 0 < acknowledged <= _count(cluster, "PAPER", "INTE1") <= sent < 1_000_000
+    # Records stored need not be acknowledged yet when the signal comes (0 may be).
+    assert acknowledged <= _count(cluster, "PAPER", "INTE1") <= sent < 1_000_000

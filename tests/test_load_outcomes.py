@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from cli.transfer import _told
+from cli.load_outcome import _told
 from controller import load
 from controller.inbox import OnePhaseWrites
 from mbds.client import ClientError
