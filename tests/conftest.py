@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 # Set before gRPC starts in this process: its fork handlers crash a child forked while
 # channels are active before the child can exec (grpc/grpc#43055; `pexpect` forks the
@@ -64,6 +65,18 @@ def start_cluster(data_dir: Path, n: int, **kw: object) -> Running:
     cluster = LocalCluster(data_dir, n, **kw)  # type: ignore[arg-type]
     cluster.start()
     return Running(cluster)
+
+
+def module_cluster(name: str, n: int = 2) -> Any:
+    """A fixture: one cluster of `n` backends for all of a module's tests."""
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+        r = start_cluster(tmp_path_factory.mktemp(name) / "data", n)
+        try:
+            yield r
+        finally:
+            r.close()
+    return cluster
 
 
 def internal_channel(cluster: LocalCluster, address: str, as_role: str = "controller",

@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from collections.abc import Iterator
 
-import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import main as cli
-from tests.conftest import Running, start_cluster
+from tests.conftest import Running, module_cluster
 
 DEFINITION = """
 files:
@@ -24,13 +22,7 @@ files:
 """
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp("input_edges") / "data", 2)
-    try:
-        yield r
-    finally:
-        r.close()
+cluster = module_cluster("input_edges")
 
 
 def define(r: Running, seed: str) -> str:

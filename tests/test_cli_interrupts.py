@@ -14,13 +14,12 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from loadgen import paper_db
-from tests.conftest import Running, start_cluster
+from tests.conftest import Running, module_cluster
 
 DEFINITION = """
 files:
@@ -32,13 +31,7 @@ files:
 RECORDS = 20_000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp("interrupts") / "data", 2)
-    try:
-        yield r
-    finally:
-        r.close()
+cluster = module_cluster("interrupts")
 
 
 def _count(r: Running, name: str, attr: str) -> int:

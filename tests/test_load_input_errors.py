@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -16,7 +15,7 @@ import pytest
 
 from mbds.client import ClientError
 from mbds.proto import mbds_pb2 as pb
-from tests.conftest import Running, start_cluster
+from tests.conftest import Running, module_cluster
 
 DEFINITION = """
 files:
@@ -27,13 +26,7 @@ files:
 """
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp("input_errors") / "data", 2)
-    try:
-        yield r
-    finally:
-        r.close()
+cluster = module_cluster("input_errors")
 
 
 def define(r: Running, seed: str) -> str:

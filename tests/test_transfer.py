@@ -13,13 +13,13 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Running, start_cluster
+from tests.conftest import Running, module_cluster
 from tests.crashes import retry
 
 DEFINITION = """
@@ -73,13 +73,7 @@ def stored(r: Running, name: str) -> list[Any]:
     return sorted((rec["N"] for rec in res.records), key=lambda n: (n is None, n))
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp("transfer") / "data", 2)
-    try:
-        yield r
-    finally:
-        r.close()
+cluster = module_cluster("transfer")
 
 
 def define(r: Running, name: str,
