@@ -317,9 +317,10 @@ async def serve(*, listen: str, backends: list[str], advertise: str = "", discov
     watcher = asyncio.create_task(rediscover(coordinator, discover)) if discover else None
     door = ("TLS" if identity and not client_plaintext else "plaintext") + (
         f", {len(tokens.tokens)} tokens" if tokens else "")
+    # The internal port is printed first: "listening" is the line a launcher waits for.
+    print(f"controller internal (IIG) on {ihost}:{internal_port}", flush=True)
     print(f"controller listening on {host}:{port} with {len(backends)} backends ({door}; "
           f"event loop {eventloop.running()})", flush=True)
-    print(f"controller internal (IIG) on {ihost}:{internal_port}", flush=True)
     await until_stopped(ready)
     if watcher is not None:
         watcher.cancel()
