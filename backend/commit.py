@@ -83,7 +83,9 @@ class PreparedUnits:
                     raise ResolveFailed(
                         f"{'commit' if o.commit else 'roll-back'} of in-doubt unit "
                         f"(epoch {key[0]}, seq {key[1]}) failed: {e}") from None
-                del self.on_disk[key]
+                # A Resolve asked again meanwhile carried it out too (the writer's second
+                # go changes nothing) and may have taken it off already.
+                self.on_disk.pop(key, None)
 
     def carried_out(self, key: undo.Key) -> None:
         """A unit's writes are committed here (in two phases or in one)."""

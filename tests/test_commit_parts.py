@@ -338,3 +338,33 @@ def test_a_unit_cancelled_before_its_task_ran_leaves_no_lock_behind(tmp_path: Pa
         node.writer.shutdown()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_unit_in_doubt_resolved_by_two_overlapping_resolves_is_carried_out_once(
+        tmp_path: Path, commit: bool) -> None:
+    """The controller may ask again before its first Resolve is answered: both are
+    answered, and the unit is committed (or rolled back) once."""
+    from backend.commit import PreparedUnits
+    from mbds.directory import Directory
+    store, files = store_with_table(tmp_path)
+    conn = store.writer()
+    conn.execute("BEGIN")
+    log = undo.UndoLog(conn, ("e", 1))
+    insert(conn, log, (1, 1, 1.0, "a", None))
+    conn.execute("COMMIT")
+    writer = Writer(store)
+    units = PreparedUnits(writer, Directory())
+    assert units.listed() == [("e", 1)]
+    outcome = pb.Outcome(unit=pb.UnitId(epoch="e", seq=1), commit=commit)
+
+    async def twice() -> None:
+        await asyncio.gather(units.resolve([outcome]), units.resolve([outcome]))
+
+    asyncio.run(twice())
+    assert units.listed() == []
+    reader = Store(tmp_path / "backend.db").reader()
+    assert undo.in_doubt(reader) == {}
+    assert len(rows(reader)) == (1 if commit else 0)
+    assert units.committed == ({"e": 1} if commit else {})
+    writer.shutdown()
