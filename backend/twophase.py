@@ -102,14 +102,17 @@ class TwoPhaseWrites:
         if st.cancelled and not st.decision.done():
             st.decision.set_result(False)
         commit = await st.decision
-        if commit:
-            # Decided: carried out whatever fails before, or the unit would stay prepared
-            # and listed in doubt, and no controller could resolve it until a restart.
-            try:
+        # Decided: carried out whatever fails before, or the unit would stay prepared
+        # and listed in doubt, and no controller could resolve it until a restart.
+        try:
+            if commit:
                 release()                  # the writes are final: readers may come
                 faults.hit("backend.before_commit")
-            except Exception as e:
-                log.error("traffic unit %s, before its commit: %s", key, e)
+            else:
+                faults.hit("backend.before_roll_back")
+        except Exception as e:
+            log.error("traffic unit %s, before its %s: %s", key,
+                      "commit" if commit else "roll-back", e)
         await self.prepared.carry_out(unit, commit)
         del self.prepared.waiting[key]
         if not commit:                     # undone: its records were never processed

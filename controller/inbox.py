@@ -286,7 +286,7 @@ class Inbox:
         then finds it nowhere, even in the backends' files. Returns what the client must
         be told besides (`one_phase_outcome`)."""
         self.abort(reason)
-        if self.deciding is not None:
+        if not self.aborted:       # being decided: the decision carries it out
             return ""
         # Those whose last reply came have nothing to roll back.
         self.ended.update(x for x, sent in self.sent.items() if sent.final)
@@ -337,7 +337,7 @@ class Inbox:
     def _abort_now(self, reason: str) -> None:
         if self.aborted:
             return                 # it went down once: the backends roll back once
-        self.aborted = reason
+        self.aborted = reason or "traffic unit aborted"
         for link in self.links:
             if link.up:
                 link.send(pb.BusMessage(abort=pb.Abort(seq=self.seq, reason=reason)))

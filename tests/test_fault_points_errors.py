@@ -123,3 +123,22 @@ def test_a_write_whose_controller_dies_after_deciding_is_said_perhaps_run(
     r.cluster.controller.popen.wait(30)
     r.cluster.restart_controller()
     assert per_backend(r) == EVERYWHERE
+
+
+def test_a_unit_with_no_commit_decision_is_rolled_back_everywhere_before_the_client_hears(
+        cluster_factory) -> None:
+    """Every vote in, the decision cannot be written (an `error` at
+    `controller.before_decision`), and b1 is slow to undo its part (a stall as the
+    abort reaches it): the client is told the unit failed only once b1 has rolled it
+    back, so nothing of it is left in any backend's file when the client hears."""
+    r = with_fault_on_b1(cluster_factory, "backend.before_roll_back=stall")
+    assert r.cluster.controller is not None
+    r.cluster.controller.stop()
+    r.cluster.restart_controller(env={"MBDS_FAULTS": "controller.before_decision=error"})
+    retry(r.client, COUNT, timeout=30)
+    with pytest.raises(ClientError) as err:
+        r.client.execute(UNIT)
+    assert err.value.code == "ABORTED" and "no commit decision" in str(err.value), \
+        f"{err.value.code}: {err.value}"
+    assert prepared_left(r) == NOWHERE
+    assert per_backend(r) == NOWHERE
