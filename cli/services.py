@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -104,6 +105,8 @@ def backend(listen: str, data_dir: Path | None, data_root: Path | None, synchron
                             insecure=insecure), event_loop)
     except (TlsError, DirInUse, ListenError) as e:
         fail(e)
+    except sqlite3.DatabaseError as e:   # a file there that is not SQLite's, or damaged
+        fail(f"data dir {data_dir}: {e}")
     _exit_stopped()
 
 
@@ -177,6 +180,8 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
                             tokens=TokensFile(tokens) if tokens else None), event_loop)
     except (TlsError, DoorError, DirInUse, ListenError, MbdsError) as e:
         fail(e)       # a backend refused at start, say: named, with no traceback
+    except sqlite3.DatabaseError as e:   # decisions.db not SQLite's, or damaged
+        fail(f"data dir {data_dir}: {e}")
     _exit_stopped()
 
 

@@ -190,6 +190,23 @@ def test_a_port_in_use_is_named_before_grpc_logs_about_it(tmp_path: Path,
         assert not GRPC_LOG_LINE.search(r.stderr), r.stderr
 
 
+def test_a_data_file_that_is_not_sqlites_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """A backend's backend.db or the controller's decisions.db that is not a SQLite
+    database (another file there, or one damaged): the process stops naming its data
+    dir and SQLite's word for it, and the file is left as it was."""
+    junk = b"not a database " * 100
+    for args, name in [(["backend", "--listen", "127.0.0.1:0"], "backend.db"),
+                       (["controller", "--listen", "127.0.0.1:0", "--internal-listen",
+                         "127.0.0.1:0", "--backends", "127.0.0.1:1"], "decisions.db")]:
+        data = tmp_path / args[0]
+        data.mkdir()
+        (data / name).write_bytes(junk)
+        r = mbds(*args, "--data-dir", str(data))
+        assert r.returncode == 1, r.stderr
+        assert r.stderr == f"error: data dir {data}: file is not a database\n", r.stderr
+        assert (data / name).read_bytes() == junk
+
+
 # --- the shell --------------------------------------------------------------------
 
 
