@@ -12,6 +12,7 @@ from typing import TypeVar
 import click
 
 from cli.database import LARGE_LOAD, load_progress, track_load
+from cli.interrupts import TwoStepInterrupt
 from cli.load_outcome import Acknowledged, interrupted_load, load_failed
 from cli.options import controller_option, fail
 from cli.transfer import load_file
@@ -58,14 +59,20 @@ def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk
     t0 = time.perf_counter()
     acknowledged, sent = Acknowledged(), [0]
 
+    ctrl_c = TwoStepInterrupt("interrupting: the batches sent finish first (Ctrl-C again "
+                              "to leave at once)")
+
     def taken(records: Iterable[T]) -> Iterator[T]:
         # The records taken from the input: those beyond the acknowledged may be stored.
+        # Ctrl-C ends the input; the batches sent are answered.
         for record in records:
+            if ctrl_c.asked.is_set():
+                return
             sent[0] += 1
             yield record
 
     try:
-        with Client(controller) as c:
+        with ctrl_c, Client(controller) as c:
             c.define(P.definition_yaml(scale))
             if not append and (held := P.held(c)):
                 fail(f"file {P.FILE} already holds {held:,} records: a second load would "
@@ -79,6 +86,11 @@ def load_paper(controller: str, scale: int, multi: int, record_bytes: int, chunk
         interrupted_load(P.FILE, acknowledged, sent[0])
     except ClientError as e:
         load_failed(e, P.FILE, acknowledged, sent[0])
+    if ctrl_c.asked.is_set():
+        click.echo(f"error: interrupted; loaded {done:,} of the {total:,} records into "
+                   f"{P.FILE}: the database's first {done:,}, and none after them (Table 2 "
+                   "counts a whole load: start again on an empty --data-dir)", err=True)
+        sys.exit(130)
     seconds = time.perf_counter() - t0
     click.echo(f"loaded {done} records into {P.FILE} in {seconds:.1f} s "
                f"({done / seconds:,.0f} records/s)")

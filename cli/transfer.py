@@ -12,7 +12,6 @@ import csv
 import io
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import click
 
 from cli.database import load_progress, track_load
+from cli.interrupts import TwoStepInterrupt
 from cli.load_outcome import Acknowledged, cut_short, interrupted_load, load_failed, stored_summary
 from cli.options import controller_option, fail
 from cli.records_in import BAD_INPUT, Record, csv_records, json_records
@@ -100,22 +100,12 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
     file = name.upper()
     t0 = time.perf_counter()
 
-    stopped, interrupted = threading.Event(), threading.Event()
+    stopped = threading.Event()     # the input ends: Ctrl-C, or the load ended
     sent = [0]              # records taken from the input into batches
-
-    def on_interrupt(*_: object) -> None:
-        # The first Ctrl-C ends the input: the batches sent are answered, so the count
-        # printed is exactly what is stored. A second leaves at once.
-        if interrupted.is_set():
-            raise KeyboardInterrupt
-        interrupted.set()
-        stopped.set()
-        click.echo("interrupting: the batches sent finish first (Ctrl-C again to leave "
-                   "at once)", err=True)
-
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    ctrl_c = TwoStepInterrupt("interrupting: the batches sent finish first (Ctrl-C again "
+                              "to leave at once)", then=stopped)
     try:
-        with Client(controller) as c, click.open_file(path, "rb") as binary:
+        with ctrl_c, Client(controller) as c, click.open_file(path, "rb") as binary:
             file, types = _definition(c, name)
             read = csv_records if fmt == "csv" else json_records
             where = "standard input" if path == "-" else path
@@ -134,12 +124,9 @@ def load_file(controller: str, name: str, path: str, fmt: str | None, chunk: int
         load_failed(e, file, acknowledged, sent[0])
     except BAD_INPUT as e:
         fail(e)
-    finally:
-        # Interrupted, it exits next: a Ctrl-C meanwhile would end it with a traceback.
-        signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted.is_set() else previous)
     if failed:      # every record before the refused one is loaded, none after it
         fail(f"{failed[0]} ({stored_summary(file, acknowledged.ranges, None, None)})")
-    if interrupted.is_set():
+    if ctrl_c.asked.is_set():
         click.echo(f"error: interrupted; loaded {done} records into {file}: the input's "
                    f"first {done}, and none after them", err=True)
         sys.exit(130)
@@ -200,25 +187,16 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
     written = [0]
     file = name.upper()
     where = "standard output" if out == "-" else out
-    stopped = threading.Event()
-
-    def on_interrupt(*_: object) -> None:
-        # The first Ctrl-C stops at the end of the batch being written, so the count
-        # said is exact; a second leaves at once.
-        if stopped.is_set():
-            raise KeyboardInterrupt
-        stopped.set()
-
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    ctrl_c = TwoStepInterrupt()
     try:
-        with Client(controller, timeout=timeout) as c:
+        with ctrl_c, Client(controller, timeout=timeout) as c:
             file, _ = _definition(c, name)
             # One request, one traffic unit: a snapshot no concurrent write splits.
             replies = c.stream(f"RETRIEVE (FILE = {file}) (ALL)")
             with click.open_file(out, "wb") as binary:
                 text = io.TextIOWrapper(binary, encoding="utf-8", newline="")
                 try:
-                    _write(replies, text, fmt, written, stopped)
+                    _write(replies, text, fmt, written, ctrl_c.asked)
                 except ClientError as e:
                     raise ClientError(e.code, f"{e}; the dump is incomplete: {written[0]} "
                                       f"records of {file} written to {where}") from None
@@ -237,7 +215,5 @@ def dump(controller: str, name: str, out: str, fmt: str | None, timeout: float) 
         sys.exit(141)
     except (ClientError, OSError) as e:
         fail(e)
-    finally:
-        signal.signal(signal.SIGINT, previous)
     click.echo(f"dumped {written[0]} records of {file} in {time.perf_counter() - t0:.1f} s",
                err=True)

@@ -1,6 +1,6 @@
-"""Ctrl-C (SIGINT) under `mbds dump --out PATH` and `mbds load paper`, sent to a real
-`mbds` process on a real cluster of two backends: each says what it left behind, what
-was written or what was stored, and exits 130 with no traceback.
+"""Ctrl-C (SIGINT) under `mbds dump --out PATH` and `mbds load paper`, once and twice,
+sent to a real `mbds` process on a real cluster of two backends: each says what it left
+behind, what was written or what was stored, and exits 130 with no traceback.
 
 (`mbds load file` interrupted, once and twice, is in test_transfer.py.)"""
 
@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,18 +76,49 @@ def test_a_dump_to_a_file_stopped_by_ctrl_c_names_the_file_and_its_whole_records
     assert all(row["S"] == "s" * 1000 for row in rows)
 
 
-def test_a_paper_load_stopped_by_ctrl_c_says_what_it_stored(cluster: Running) -> None:
-    """`mbds load paper` interrupted leaves at once, as a second Ctrl-C leaves `mbds load
-    file`: exit 130, the records acknowledged, which are stored, and those sent after
-    them, which may be. The file holds no fewer than the first and no more than the last
-    of those, whatever the batches in flight came to."""
+def _paper_load_under_way(cluster: Running) -> tuple[subprocess.Popen, int]:
+    """`mbds load paper` of a million records, some stored; the records PAPER held
+    before it (a test before this one may have loaded some)."""
     cluster.client.define(paper_db.definition_yaml(1000))     # as the load defines it
+    before = _count(cluster, "PAPER", "INTE1")
     load = subprocess.Popen([sys.executable, "-m", "mbds", "load", "paper", "--scale",
-                             "1000", "--chunk", "1000", "--no-progress", "--controller",
-                             cluster.cluster.address], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    while not _count(cluster, "PAPER", "INTE1"):
+                             "1000", "--chunk", "1000", "--no-progress", "--append",
+                             "--controller", cluster.cluster.address],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    while _count(cluster, "PAPER", "INTE1") == before:
         assert load.poll() is None, load.communicate()
+    return load, before
+
+
+def test_a_paper_load_stopped_by_ctrl_c_says_exactly_how_many_records_it_stored(
+        cluster: Running) -> None:
+    """`mbds load paper` interrupted, as `mbds load file` is: the batches sent are
+    answered, and it exits 130 naming the records stored, the database's first ones."""
+    load, before = _paper_load_under_way(cluster)
+    load.send_signal(signal.SIGINT)
+    _, err = load.communicate(timeout=120)
+    text = err.decode()
+    assert load.returncode == 130, text
+    m = re.fullmatch(r"interrupting: the batches sent finish first \(Ctrl-C again to leave "
+                     r"at once\)\nerror: interrupted; loaded ([\d,]+) of the 1,000,000 "
+                     r"records into PAPER: the database's first \1, and none after them "
+                     r"\(Table 2 counts a whole load: start again on an empty --data-dir\)\n",
+                     text)
+    assert m is not None, repr(text)
+    assert 0 < int(m[1].replace(",", "")) == _count(cluster, "PAPER", "INTE1") - before \
+        < 1_000_000
+
+
+def test_a_paper_load_left_at_once_by_a_second_ctrl_c_says_what_it_stored(
+        cluster: Running) -> None:
+    """A second Ctrl-C leaves at once: exit 130, the records acknowledged, which are
+    stored, and those sent after them, which may be. The file holds no fewer than the
+    first and no more than the last of those, whatever the batches in flight came to."""
+    load, before = _paper_load_under_way(cluster)
+    load.send_signal(signal.SIGINT)
+    assert load.stderr is not None
+    first = load.stderr.readline().decode()
+    assert first.startswith("interrupting"), first
     load.send_signal(signal.SIGINT)
     _, err = load.communicate(timeout=120)
     text = err.decode()
@@ -98,5 +130,5 @@ def test_a_paper_load_stopped_by_ctrl_c_says_what_it_stored(cluster: Running) ->
     acknowledged = int(m[1])
     sent = int(m[3]) if m[2] else acknowledged
     assert not m[2] or int(m[2]) == acknowledged + 1
-    # Records stored need not be acknowledged yet when the signal comes (0 may be).
-    assert acknowledged <= _count(cluster, "PAPER", "INTE1") <= sent < 1_000_000
+    time.sleep(1)                  # what was in flight has committed or aborted by now
+    assert acknowledged <= _count(cluster, "PAPER", "INTE1") - before <= sent < 1_000_000
