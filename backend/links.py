@@ -28,7 +28,7 @@ log = logging.getLogger("mbds.peers")
 
 class _PeerLink:
     def __init__(self, address: str, cluster: str) -> None:
-        self.address = address
+        self.address, self.cluster = address, cluster
         self.metadata = ((CLUSTER_KEY, cluster),) if cluster else ()   # the peer checks it
         self.channel = tls.channel(address, "backend")
         # The ids go down serialized already: a broadcast serializes a unit's ids once for
@@ -88,9 +88,19 @@ class PeerLinks:
     def __init__(self) -> None:
         self.links: dict[str, _PeerLink] = {}
         self.targets: list[str] = []
+        self._closing: set[asyncio.Task[None]] = set()
 
     def configure(self, peers: list[str], my_index: int, cluster: str = "") -> None:
         self.targets = [a for i, a in enumerate(peers) if i != my_index]
+        # A link to an address no longer a peer (a backend gone, or swapped to another
+        # address), or of another cluster, is closed: left, it would keep trying to
+        # reach it, and the ids queued for it would hold a stop's flush to its bound.
+        for a, link in list(self.links.items()):
+            if a not in self.targets or link.cluster != cluster:
+                del self.links[a]
+                task = asyncio.create_task(link.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
         for a in self.targets:
             if a not in self.links:
                 self.links[a] = _PeerLink(a, cluster)
@@ -113,6 +123,8 @@ class PeerLinks:
     async def close(self) -> None:
         for link in self.links.values():
             await link.close()
+        if self._closing:
+            await asyncio.wait(list(self._closing))
 
 
 class IigClient:
