@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +67,32 @@ def start_cluster(data_dir: Path, n: int, **kw: object) -> Running:
     return Running(cluster)
 
 
-def module_cluster(name: str, n: int = 2) -> Any:
-    """A fixture: one cluster of `n` backends for all of a module's tests."""
-    @pytest.fixture(scope="module")
-    def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-        r = start_cluster(tmp_path_factory.mktemp(name) / "data", n)
+def module_cluster(name: str, n: int | Sequence[int] = 2,
+                   setup: Callable[[Running], object] | None = None) -> Any:
+    """A fixture: one cluster of `n` backends for all of a module's tests (given several
+    counts, one per count, a parameter), `setup` run on it first. It is stopped however
+    its start or setup ends."""
+    def started(tmp_path_factory: pytest.TempPathFactory, backends: int
+                ) -> Iterator[Running]:
+        r = start_cluster(tmp_path_factory.mktemp(f"{name}{backends}") / "data", backends)
         try:
+            if setup is not None:
+                setup(r)
             yield r
         finally:
             r.close()
-    return cluster
+
+    if isinstance(n, int):
+        @pytest.fixture(scope="module")
+        def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+            yield from started(tmp_path_factory, n)
+        return cluster
+
+    @pytest.fixture(scope="module", params=list(n), ids=lambda k: f"{k}backends")
+    def clusters(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+        yield from started(tmp_path_factory, request.param)
+    return clusters
 
 
 def internal_channel(cluster: LocalCluster, address: str, as_role: str = "controller",

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from mbds.client import ClientError
-from tests.conftest import CENSUS_YAML, Running, start_cluster
+from tests.conftest import CENSUS_YAML, Running, module_cluster
 
 NASTY = ["x'); DROP TABLE \"r_CENSUS\"; --", 'Robert"); DELETE FROM descriptors; --',
          "1 OR 1=1", "%_*", "\\", "' OR ''='"]
 
 
-@pytest.fixture(scope="module")
-def census(tmp_path_factory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp("bad"), 2)
+def _twenty_cities(r: Running) -> None:
     r.client.define(CENSUS_YAML)
     r.client.execute("[" + "; ".join(
         f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i * 100}>, <STATE, CA>, <AREA, 1.5>)"
         for i in range(20)) + "]")
-    yield r
-    r.close()
+
+
+census = module_cluster("bad", setup=_twenty_cities)
 
 
 def snapshot(r: Running) -> list:

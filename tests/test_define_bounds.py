@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -17,7 +16,7 @@ from mbds.client import Client, ClientError
 from mbds.definition_text import MAX_DEPTH, MAX_NODES
 from mbds.errors import DefinitionError
 from mbds.schema import MAX_DEFINITION, parse_definition
-from tests.conftest import CENSUS_YAML, Running, start_cluster
+from tests.conftest import CENSUS_YAML, Running, module_cluster
 
 # The refused definition that held the controller for half a minute: 500,000 scalars.
 ZEROS = "files: [" + ",".join(["0"] * 500_000) + "]"
@@ -91,13 +90,12 @@ def test_either_parser_reads_a_definition_alike(loader: str) -> None:
 
 # ------------------------------------------------------------ a cluster --
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp("define-bounds"), 2)
+def _monterey(r: Running) -> None:
     r.client.define(CENSUS_YAML)
     r.client.execute("INSERT (<FILE, Census>, <CITY, Monterey>, <POP, 25000>)")
-    yield r
-    r.close()
+
+
+cluster = module_cluster("define-bounds", setup=_monterey)
 
 
 def test_a_definition_of_too_many_nodes_is_refused_naming_the_bound(cluster: Running

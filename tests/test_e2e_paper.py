@@ -7,27 +7,25 @@ import contextlib
 import operator
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 
 from loadgen import paper_db as P
 from loadgen.table2 import run_table2
-from tests.conftest import Running, start_cluster
+from tests.conftest import Running, module_cluster
 
 MULTI = 2
 OPS = {"=": operator.eq, "<=": operator.le, ">=": operator.ge}
 
 
-@pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"{n}backends")
-def paper_cluster(request, tmp_path_factory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp(f"paper{request.param}"), request.param)
+def _paper_loaded(r: Running) -> None:
     r.client.define(P.definition_yaml(1))
     done = sum(d.stats.records_retrieved for d in
                r.client.load(P.FILE, P.ATTRIBUTES, P.records(1, MULTI), chunk=700))
     assert done == 1000 * MULTI
-    yield r
-    r.close()
+
+
+paper_cluster = module_cluster("paper", [1, 2, 3], _paper_loaded)
 
 
 def expected_inte1(req: P.PaperRequest) -> list[int]:

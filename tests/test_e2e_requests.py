@@ -4,12 +4,11 @@ checked against the independent in-memory evaluation of tests/model.py."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import pytest
 
 from mbds.client import ClientError
-from tests.conftest import CENSUS_SCHEMAS, CENSUS_YAML, Running, backend_digests, start_cluster
+from tests.conftest import CENSUS_SCHEMAS, CENSUS_YAML, Running, backend_digests, module_cluster
 from tests.model import Model, canon
 
 CITIES = ["Monterey", "Carmel", "Salinas", "San Jose", "Albany", "Buffalo", "Ithaca"]
@@ -69,13 +68,12 @@ WORKLOAD = [
 ]
 
 
-@pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda n: f"{n}backends")
-def census(request, tmp_path_factory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp(f"census{request.param}"), request.param)
+def _defined(r: Running) -> None:
     reply = r.client.define(CENSUS_YAML)
     assert sorted(reply.files_created) == ["CENSUS", "STATES"]
-    yield r
-    r.close()
+
+
+census = module_cluster("census", [1, 2, 3], _defined)
 
 
 def test_workload_matches_independent_evaluation(census: Running) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -30,7 +30,7 @@ from tests.conftest import (
     as_controller,
     backend_digests,
     internal_channel,
-    start_cluster,
+    module_cluster,
 )
 from tests.test_controller_checks import (
     CITIES,
@@ -46,18 +46,15 @@ from tests.test_controller_checks import (
 from tests.test_doors import census, contents, iig_address
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    """Two backends with four census records; the tests on it change nothing."""
-    r = start_cluster(tmp_path_factory.mktemp("hostile") / "data", 2)
-    try:
-        r.client.define(CENSUS_YAML)
-        r.client.execute("[" + "; ".join(
-            f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i}>, <STATE, CA>)"
-            for i in range(4)) + "]")
-        yield r
-    finally:
-        r.close()
+def _four_cities(r: Running) -> None:
+    r.client.define(CENSUS_YAML)
+    r.client.execute("[" + "; ".join(
+        f"INSERT (<FILE, Census>, <CITY, 'c{i}'>, <POP, {i}>, <STATE, CA>)"
+        for i in range(4)) + "]")
+
+
+# Two backends with four census records; the tests on it change nothing.
+cluster = module_cluster("hostile", setup=_four_cities)
 
 
 def snapshot(r: Running) -> list[str]:

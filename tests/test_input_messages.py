@@ -8,7 +8,6 @@ import random
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from mbds.client import ClientError
 from mbds.proto import mbds_pb2 as pb
 from mbds.schema import DefinitionError, parse_definition
 from mbds.values import INT64_MAX, INT64_MIN, from_pb, to_pb
-from tests.conftest import Running, start_cluster
+from tests.conftest import Running, module_cluster
 
 
 def mbds(*args: str) -> subprocess.CompletedProcess:
@@ -99,11 +98,7 @@ def test_a_key_written_twice_in_a_definition_is_refused_naming_where(text: str, 
     assert str(e.value) == f"line {where}: key '{key}' appears twice in a mapping"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp("messages"), 2)
-    yield r
-    r.close()
+cluster = module_cluster("messages")
 
 
 def test_mbds_define_takes_no_as_a_type_b_value(cluster: Running, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -24,7 +24,7 @@ from mbds.client import LOAD_CHUNK, Client, ClientError
 from mbds.mailbox import Mailbox
 from mbds.proto import mbds_pb2 as pb
 from mbds.service import MAX_MESSAGE, MESSAGE_BUDGET
-from tests.conftest import Running, start_cluster
+from tests.conftest import Running, module_cluster
 
 YAML = """
 files:
@@ -60,12 +60,7 @@ files:
 MB = 1_000_000
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=lambda n: f"{n}backends")
-def cluster(request, tmp_path_factory) -> Iterator[Running]:
-    r = start_cluster(tmp_path_factory.mktemp(f"limits{request.param}"), request.param)
-    r.client.define(YAML)
-    yield r
-    r.close()
+cluster = module_cluster("limits", [1, 2], lambda r: r.client.define(YAML))
 
 
 class Traffic:
