@@ -18,6 +18,7 @@ from typing import TypeVar
 from backend import undo
 from backend.state import TuState
 from backend.writer import Writer
+from mbds import faults
 from mbds.directory import Directory
 from mbds.proto import mbds_pb2 as pb
 
@@ -95,6 +96,13 @@ class PreparedUnits:
         """Forget a prepared unit (commit) or undo it (abort), retrying what fails (a
         full disk) unless told not to: the unit keeps its locks until it is done. A
         definition undone is taken back from the directory too."""
+        if not commit:
+            # Here, not in twophase.py, so that a definition's roll-back passes the point
+            # too; undone whatever fails at it, or the unit would stay prepared.
+            try:
+                faults.hit("backend.before_roll_back")
+            except Exception as e:
+                log.error("prepared unit %d, before its roll-back: %s", unit, e)
         while True:
             try:
                 if commit:

@@ -104,15 +104,13 @@ class TwoPhaseWrites:
         commit = await st.decision
         # Decided: carried out whatever fails before, or the unit would stay prepared
         # and listed in doubt, and no controller could resolve it until a restart.
-        try:
-            if commit:
+        # (A roll-back's fault point is in `carry_out`, which definitions share.)
+        if commit:
+            try:
                 release()                  # the writes are final: readers may come
                 faults.hit("backend.before_commit")
-            else:
-                faults.hit("backend.before_roll_back")
-        except Exception as e:
-            log.error("traffic unit %s, before its %s: %s", key,
-                      "commit" if commit else "roll-back", e)
+            except Exception as e:
+                log.error("traffic unit %s, before its commit: %s", key, e)
         await self.prepared.carry_out(unit, commit)
         del self.prepared.waiting[key]
         if not commit:                     # undone: its records were never processed

@@ -23,7 +23,7 @@ POINTS = (
     "backend.after_vote",           # "prepared" is queued for PP; the decision has not come
     "backend.before_commit",        # PP's commit has come; the unit is not yet forgotten
     "backend.after_commit",         # forgotten here; "forgotten" not yet sent
-    "backend.before_roll_back",     # PP's abort has come to a prepared unit; not yet undone
+    "backend.before_roll_back",     # a prepared unit (a write, a definition) to undo; not yet
     "backend.one_phase_committed",  # a one-phase unit durable here; "committed" not yet sent
     "controller.before_decision",   # every vote is in; the decision is not yet written
     "controller.after_decision",    # the decision is on disk; no Commit sent yet
