@@ -12,7 +12,9 @@ import click
 
 from cli.options import NotUtf8, controller_option, fail, utf8
 from mbds.client import Client, ClientError, Result
+from mbds.errors import shorten
 from mbds.proto import mbds_pb2 as pb
+from mbds.schema import MAX_DEFINITION
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,7 +60,13 @@ def define(controller: str, path: BinaryIO) -> None:
     """Apply a database definition (YAML)."""
     try:
         name = "standard input" if path.name == "<stdin>" else path.name
-        text = utf8(path.read(), name)
+        # Read no further than a definition can be (a character is at most 4 bytes): a
+        # data file given by mistake, or an endless stream, is not read whole first.
+        data = path.read(4 * MAX_DEFINITION + 1)
+        if len(data) > 4 * MAX_DEFINITION:
+            fail(f"{shorten(name)} holds more than a definition may: at most "
+                 f"{MAX_DEFINITION} characters")
+        text = utf8(data, name)
         with Client(controller) as c:
             reply = c.define(text)
     except (NotUtf8, ClientError) as e:

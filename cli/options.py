@@ -9,14 +9,28 @@ import click
 
 from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
+from mbds.errors import shorten
 from mbds.service import port_beyond
 
 
 def port_in_range(ctx: click.Context | None, param: click.Parameter | None,
                   address: str) -> str:
-    """A usage error before anything runs, where the client would refuse it later."""
+    """A usage error before anything runs, where the client would refuse it later, or
+    gRPC take it as another port (modulo 65536) without a word."""
+    if not address.isprintable():           # gRPC would repeat it raw in its error
+        raise click.BadParameter(f"{shorten(address)!r} holds a character HOST:PORT "
+                                 "cannot hold")
+    host, colon, port = address.rpartition(":")
+    if port[:1] == "-" and port[1:].isdigit():     # which gRPC takes as 65536 - N
+        raise click.BadParameter(f"{shorten(address)}: a port is not negative")
+    if port.isdigit() and len(port) > 5:
+        # Its leading zeros dropped first: int() refuses more than 4,300 digits.
+        port = port.lstrip("0") or "0"
+        if len(port) > 5:
+            raise click.BadParameter(f"{shorten(address)}: a port is at most 65535")
+        address = f"{host}{colon}{port}"
     if port_beyond(address):
-        raise click.BadParameter(f"{address}: a port is at most 65535")
+        raise click.BadParameter(f"{shorten(address)}: a port is at most 65535")
     return address
 
 
@@ -41,8 +55,26 @@ event_loop_option = click.option(
 
 def fail(e: object) -> NoReturn:
     """End the command with the error on stderr and exit code 1 (no traceback)."""
-    click.echo(f"error: {e}", err=True)
+    click.echo(f"error: {printable(str(e))}", err=True)
     sys.exit(1)
+
+
+# Control characters an error may repeat from its input (a name, an address), written
+# escaped: raw, they would move the cursor or recolour the terminal. Line breaks and
+# tabs stay: a YAML error points at its place over several lines.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0)) if c not in (9, 10)}
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters but line breaks and tabs escaped."""
+    return text.translate(_CONTROL)
+
+
+def os_error(e: OSError) -> str:
+    """A file system's refusal in one line: the file it names (cut short), and why."""
+    if e.filename:
+        return f"{shorten(str(e.filename))}: {e.strerror or e}"
+    return e.strerror or str(e)
 
 
 class NotUtf8(ValueError):

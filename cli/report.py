@@ -6,10 +6,10 @@ import json
 from dataclasses import asdict
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from cli.options import controller_option, fail
+from cli.tables import console
 from loadgen import paper_db as P
 from loadgen.table8 import ReportError, measure_handlers
 from mbds.client import Client, ClientError
@@ -57,4 +57,4 @@ def handlers(controller: str, request: int, runs: int, scale: int, as_json: bool
         last = r.process
         t.add_row(r.process, r.handler, r.backend or "-", f"{r.calls_per_request:g}",
                   f"{r.ms_per_request:.3f}", f"{r.ms_per_call:.3f}")
-    Console().print(t)
+    console.print(t)

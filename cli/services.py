@@ -18,7 +18,7 @@ from mbds.grpc_engine import IOMGR_ENDPOINTS, VARIABLE
 os.environ.setdefault(VARIABLE, IOMGR_ENDPOINTS)   # before grpc loads: mbds/grpc_engine.py
 
 from cli.certs import tls_options
-from cli.options import event_loop_option, fail, split_search_option
+from cli.options import event_loop_option, fail, port_in_range, split_search_option
 from cli.ports import check_free, port_in_use
 from mbds import eventloop
 from mbds.client import DEFAULT_CONTROLLER
@@ -167,6 +167,13 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
         raise click.UsageError("no backends: give --backends or --discover")
     check_free(listen, "the controller's client port")
     check_free(internal_listen, "IIG")
+    try:
+        door = TokensFile(tokens) if tokens else None
+    except DoorError as e:
+        fail(e)
+    except UnicodeDecodeError as e:     # which the tokens file's reader lets through
+        fail(f"tokens file {tokens} is not valid UTF-8 (byte 0x{e.object[e.start]:02x} at "
+             f"position {e.start})")
     served = _metrics(metrics_port, listen)
     try:
         eventloop.run(serve(listen=listen, backends=addresses, advertise=advertise,
@@ -177,7 +184,7 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
                             data_dir=data_dir, synchronous=synchronous,
                             internal_listen=internal_listen, tls_dir=tls_dir,
                             client_plaintext=client_plaintext, insecure=insecure,
-                            tokens=TokensFile(tokens) if tokens else None), event_loop)
+                            tokens=door), event_loop)
     except (TlsError, DoorError, DirInUse, ListenError, MbdsError) as e:
         fail(e)       # a backend refused at start, say: named, with no traceback
     except sqlite3.DatabaseError as e:   # decisions.db not SQLite's, or damaged
@@ -293,12 +300,23 @@ def up(n: int, port: int, data_dir: Path, internal_timing: str, synchronous: str
     sys.exit(1)
 
 
+def _not_nan(ctx: click.Context, param: click.Parameter, seconds: float) -> float:
+    """NaN, which click's range lets through: as a deadline of 0 s or one past what gRPC
+    holds (which the range refuses), it would fail the call at once, reporting a live
+    process as not answering."""
+    if seconds != seconds:
+        raise click.BadParameter("nan is not a number of seconds")
+    return seconds
+
+
 @click.command()
 @click.option("--address", default=DEFAULT_CONTROLLER, show_default=True,
+              callback=port_in_range,
               help="HOST:PORT to ask: a controller's client port (env MBDS_CONTROLLER), a "
                    "backend, or a controller's internal port.")
-@click.option("--timeout", type=float, default=3.0, show_default=True,
-              help="Seconds to wait for the answer.")
+@click.option("--timeout", type=click.FloatRange(0, 86_400, min_open=True), default=3.0,
+              show_default=True, callback=_not_nan,
+              help="Seconds to wait for the answer, at most a day.")
 @click.option("--tls-dir", type=click.Path(path_type=Path, file_okay=False), envvar="MBDS_TLS_DIR",
               help="Ask over mutual TLS with the cluster's certificates (env MBDS_TLS_DIR): "
                    "a backend, or the controller's internal port.")
@@ -343,7 +361,12 @@ def health(address: str, timeout: float, tls_dir: Path | None, ca: Path | None,
             break
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.UNAVAILABLE or i == len(roles) - 1:
-                fail(f"{address}: {e.code().name}: {shorten(e.details() or '', 300)}")
+                details = shorten(e.details() or "", 300)
+                if "Failed to create security handshaker" in details:
+                    # gRPC's words for certificates it could not load.
+                    details += (f" ({tls_dir if tls_dir is not None else ca} holds no "
+                                "certificate gRPC can read)")
+                fail(f"{shorten(address)}: {e.code().name}: {details}")
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     click.echo(status)
     sys.exit(0 if status == "SERVING" else 1)

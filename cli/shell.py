@@ -24,7 +24,7 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from cli.describe import describe_file, list_files
-from cli.options import NotUtf8, controller_option, utf8
+from cli.options import NotUtf8, controller_option, printable, utf8
 from cli.supervise import in_thread
 from cli.tables import console, render_result
 from mbds.client import Client, ClientError, Result
@@ -151,7 +151,8 @@ def answer(client: Client, text: str, where: str = "") -> bool:
         said = f"error: {e}" if isinstance(e, NotUtf8) else f"error: {where}{e}"
         if isinstance(e, ClientError) and str(e).endswith(CUT_SHORT) and _complete(text):
             said += GO_ON
-        console.print(said, style="red", markup=False, highlight=False, soft_wrap=True)
+        console.print(printable(said), style="red", markup=False, highlight=False,
+                      soft_wrap=True)
         return False
     return True
 

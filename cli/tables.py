@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import errno
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from mbds.client import Result
 
-console = Console()
+
+class Output(Console):
+    """rich's console on standard output. Its reader leaving (`mbds shell < f | head`)
+    ends the command as `cli/main.py` ends any whose reader left, not with rich's exit
+    code 1, which would read as the command's failure."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of standard output left")
+
+
+console = Output()
 NULL = Text("(null)", style="dim")
 
 

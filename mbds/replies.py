@@ -56,8 +56,18 @@ def hinted(e: grpc.RpcError) -> str:
     """gRPC's details of a failed call, with what to do when they say the client could not
     connect: gRPC's words name the failure, not its usual cause here."""
     details = e.details() or e.code().name
+    if e.code() == grpc.StatusCode.UNIMPLEMENTED and details == "Method not found!":
+        # gRPC's answer from a server without the controller's client service.
+        return (f"{details} (the process there is not a controller's client port: a "
+                "backend, or a controller's internal port? --controller or env "
+                "MBDS_CONTROLLER gives the controller's address)")
+    if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and details == "Deadline Exceeded":
+        # The client's own deadline: the controller's failures say what they aborted.
+        return (f"{details} (no answer from the controller in time: is it stopped or "
+                "overloaded? A call that changes something, such as a definition, may or "
+                "may not have been carried out)")
     if e.code() != grpc.StatusCode.UNAVAILABLE:
-        return details
+        return shorten(details, FAILURE_MESSAGE)
     if details.endswith("Socket closed"):
         # What a port serving TLS does to a plaintext connection, in gRPC's words.
         hint = (f"if the controller serves TLS, the client needs the cluster's CA: {CA_FROM}; "
@@ -72,14 +82,19 @@ def hinted(e: grpc.RpcError) -> str:
         # A TLS client's handshake answered in plaintext.
         hint = ("the controller there serves plaintext, not TLS: leave the CA out (unset env "
                 "MBDS_CA; no Client(ca=...)), or give the address of one that serves TLS")
+    elif "Failed to create security handshaker" in details:
+        # What gRPC says when the CA file holds no certificate it can read.
+        hint = (f"the CA the client checks the controller with ({CA_FROM}) holds no "
+                "certificate gRPC can read: give the cluster's ca.pem")
     elif "Connection refused" in details:
         # gRPC's socket engines word it "… Connection refused" or "… (111)".
         hint = ("is a controller running there? start one with `mbds up`, or with `docker "
                 "compose up -d` if you use the containers (docs/containers.md); --controller "
                 "or env MBDS_CONTROLLER gives another address")
     else:
-        return details
-    return f"{details} ({hint})"
+        return shorten(details, FAILURE_MESSAGE)
+    # Bounded as a failure from the controller is: gRPC's words repeat the address.
+    return f"{shorten(details, FAILURE_MESSAGE)} ({hint})"
 
 
 def _code(e: Exception) -> str | None:
