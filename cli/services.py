@@ -171,9 +171,6 @@ def controller(listen: str, backend_list: str, discover: str | None, min_backend
         door = TokensFile(tokens) if tokens else None
     except DoorError as e:
         fail(e)
-    except UnicodeDecodeError as e:     # which the tokens file's reader lets through
-        fail(f"tokens file {tokens} is not valid UTF-8 (byte 0x{e.object[e.start]:02x} at "
-             f"position {e.start})")
     served = _metrics(metrics_port, listen)
     try:
         eventloop.run(serve(listen=listen, backends=addresses, advertise=advertise,

@@ -102,6 +102,9 @@ def load_tokens(path: Path) -> dict[str, str]:
         lines = path.read_text().splitlines()
     except OSError as e:
         raise DoorError(f"cannot read tokens file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:     # at start, or changed so while the controller runs
+        raise DoorError(f"tokens file {path} is not valid UTF-8 (byte "
+                        f"0x{e.object[e.start]:02x} at position {e.start})") from None
     for n, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
         if not words:

@@ -163,6 +163,13 @@ def test_a_changed_tokens_file_is_read_again_without_a_restart(guarded, tmp_path
         return any("cannot be used" in line for line in tail)
     wait_for(looked, 30, "the controller looked at the broken file")
     assert not refused(new) and refused(tokens["write"])
+    (tmp_path / "tokens").write_bytes(b"write " + b"\xff" * 32 + b"\n")  # not UTF-8
+
+    def looked_again() -> bool:
+        assert not refused(new)
+        return any("is not valid UTF-8 (byte 0xff at position 6)" in line for line in tail)
+    wait_for(looked_again, 30, "the controller looked at the file that is not UTF-8")
+    assert not refused(new) and refused(tokens["write"])
 
 
 def test_the_client_port_needs_tls_and_a_known_token(guarded) -> None:
